@@ -1,0 +1,90 @@
+"""Batch sizes are global: each batch must split evenly over the replicas.
+
+Engines split a batch of B over R replicas as B / R each. When B, or the last
+batch of an epoch, is not a multiple of R, TensorFlow gives the replicas unequal
+shares and weights them equally (the gradients then differ from one device)
+and JAX stops mid-epoch; so the split is checked before any work starts.
+"""
+import inspect
+import math
+
+from agnostic import errors
+
+DEFAULT_BATCH_SIZE = 32
+
+
+def num_samples(data):
+    """Samples in arrays (or lists, tuples, dicts of arrays); None otherwise."""
+    if isinstance(data, dict):
+        data = list(data.values())
+    if isinstance(data, (list, tuple)):
+        for item in data:
+            found = num_samples(item)
+            if found is not None:
+                return found
+        return None
+    shape = getattr(data, "shape", None)
+    if shape is not None and len(shape) > 0 and isinstance(shape[0], int):
+        return int(shape[0])
+    return None
+
+
+def check_split(what, samples, batch_size, num_replicas):
+    """Raises BatchSplitError unless every batch splits over the replicas."""
+    if samples is None or num_replicas < 2:
+        return
+    batch_size = batch_size or DEFAULT_BATCH_SIZE
+    if batch_size % num_replicas:
+        suggestion = max(num_replicas, batch_size - batch_size % num_replicas)
+        raise errors.BatchSplitError(
+            f"{what}: batch_size={batch_size} is the global batch, split over "
+            f"{num_replicas} replicas, and {batch_size} is not a multiple of "
+            f"{num_replicas}. Pass a multiple of {num_replicas}, such as "
+            f"batch_size={suggestion} ({suggestion // num_replicas} per replica)."
+        )
+    last = samples % batch_size
+    if last % num_replicas:
+        keep = samples - last % num_replicas
+        raise errors.BatchSplitError(
+            f"{what}: {samples} samples with batch_size={batch_size} leave a "
+            f"last batch of {last} samples ({samples} % {batch_size}), which "
+            f"cannot be split evenly over {num_replicas} replicas; one device "
+            "would see fewer samples and training would differ from one "
+            f"device. Use a number of samples that is a multiple of "
+            f"{num_replicas}, such as {keep} (x[:{keep}], y[:{keep}])."
+        )
+
+
+def check_call(method, function, num_replicas, args, kwargs):
+    """Checks the batches of a fit/evaluate/predict/*_on_batch call."""
+    if num_replicas < 2:
+        return
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except TypeError:
+        return  # Keras itself reports the wrong call
+    given = bound.arguments
+    x = given.get("x")
+    samples = num_samples(x)
+    if method.endswith("_on_batch"):
+        check_split(method, samples, samples, num_replicas)
+        return
+    batch_size = given.get("batch_size")
+    if method == "fit" and given.get("steps_per_epoch") is None:
+        split = given.get("validation_split") or 0.0
+        if samples is not None and split:
+            train = int(math.ceil(samples * (1.0 - split)))
+            check_split("fit (training part of validation_split)", train,
+                        batch_size, num_replicas)
+            check_split("fit (validation_split part)", samples - train,
+                        given.get("validation_batch_size") or batch_size,
+                        num_replicas)
+        else:
+            check_split("fit", samples, batch_size, num_replicas)
+        validation = given.get("validation_data")
+        if isinstance(validation, (list, tuple)) and validation:
+            check_split("fit (validation_data)", num_samples(validation[0]),
+                        given.get("validation_batch_size") or batch_size,
+                        num_replicas)
+    elif given.get("steps") is None:
+        check_split(method, samples, batch_size, num_replicas)

@@ -1,0 +1,64 @@
+"""backend_agnostic_compile(): resolve a plan, pick its strategy, hand over."""
+from agnostic import errors, plan as plan_lib, strategies
+
+
+def backend_agnostic_compile(
+    model,
+    loss=None,
+    optimizer="rmsprop",
+    metrics=None,
+    *,
+    gpus=None,
+    cpu_merge=True,
+    cpu_relocation=False,
+    **compile_kwargs
+):
+    """Compiles `model` to train on every available device.
+
+    Call it where you would call `model.compile(...)`, then call `fit`,
+    `evaluate` and `predict` on the model it returns. After `fit`, `model` (the
+    template) holds the trained weights too.
+
+    Args:
+        model: A Keras model, built anywhere (no scope needed).
+        loss, optimizer, metrics: As for `model.compile`.
+        gpus: None for every visible accelerator, an int for that many, or a
+            list of device ids such as [0, 2].
+        cpu_merge: TensorFlow: reduce gradients on the CPU (the legacy
+            `multi_gpu_model` merge); False uses the engine's fastest
+            all-reduce (NCCL on GPUs).
+        cpu_relocation: TensorFlow: keep the model's variables on the CPU.
+        **compile_kwargs: Passed on to `compile`.
+
+    Returns:
+        A compiled Keras model.
+
+    Example:
+        >>> model = backend_agnostic_compile(
+        ...     model, loss="sparse_categorical_crossentropy",
+        ...     optimizer="sgd", metrics=["accuracy"])
+        >>> model.fit(x, y, batch_size=64, epochs=2)
+    """
+    _check_arguments(model, cpu_merge, cpu_relocation)
+    plan = plan_lib.resolve(gpus)
+    plan_lib.announce(plan)
+    strategy = strategies.get(plan.strategy)(
+        plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation
+    )
+    compile_kwargs.update(loss=loss, optimizer=optimizer, metrics=metrics)
+    return strategy.compile(model, compile_kwargs)
+
+
+def _check_arguments(model, cpu_merge, cpu_relocation):
+    missing = [name for name in ("compile", "fit", "get_weights") if not hasattr(model, name)]
+    if missing:
+        raise TypeError(
+            "backend_agnostic_compile expects a Keras model (a keras.Model, "
+            "Sequential or functional model). Received: "
+            f"model={model!r} (of type {type(model).__name__})"
+        )
+    for name, value in (("cpu_merge", cpu_merge), ("cpu_relocation", cpu_relocation)):
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"`{name}` must be True or False. Received: {name}={value!r}"
+            )

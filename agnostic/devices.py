@@ -1,0 +1,97 @@
+"""Which engine Keras runs on, and which devices that engine sees.
+
+Each engine's lister imports the engine; nothing here runs at import time.
+"""
+import dataclasses
+import importlib
+import os
+from typing import Tuple
+
+from agnostic import errors
+
+CPU_DEVICES_VARIABLE = "AGNOSTIC_CPU_DEVICES"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceListing:
+    """The devices one engine can train on, in id order."""
+
+    devices: Tuple[str, ...]
+    host: str
+    accelerators: bool
+    simulated: bool = False
+
+
+def requested_cpu_devices(environ=None):
+    """The N of AGNOSTIC_CPU_DEVICES=N, or 0 when it is unset."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(CPU_DEVICES_VARIABLE, "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise errors.DeviceRequestError(
+            f"{CPU_DEVICES_VARIABLE} must be a whole number of CPU devices, "
+            f"1 or more, such as {CPU_DEVICES_VARIABLE}=4. Received: "
+            f"{CPU_DEVICES_VARIABLE}={raw!r}"
+        )
+    return value
+
+
+def current_backend():
+    """The engine Keras runs on (imports keras)."""
+    try:
+        keras = importlib.import_module("keras")
+    except ImportError as error:
+        raise errors.EngineUnavailableError(
+            "agnostic needs Keras, which is not installed. Install it with an "
+            "engine, e.g. `pip install agnostic[tensorflow]` or "
+            f"`pip install agnostic[jax]`. ({error})"
+        ) from error
+    return keras.backend.backend()
+
+
+def _tensorflow():
+    import tensorflow as tf
+
+    gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if gpus:
+        return DeviceListing(tuple(gpus), cpus[0], accelerators=True)
+    return _cpu_listing(cpus)
+
+
+def _jax():
+    import jax
+
+    found = jax.devices()
+    names = [f"{d.platform}:{d.id}" for d in found]
+    if found[0].platform != "cpu":
+        return DeviceListing(tuple(names), "cpu:0", accelerators=True)
+    return _cpu_listing(names)
+
+
+def _cpu_listing(cpus):
+    simulated = len(cpus) > 1
+    if not simulated:
+        return DeviceListing((cpus[0],), cpus[0], accelerators=False)
+    return DeviceListing(tuple(cpus), cpus[0], accelerators=False, simulated=True)
+
+
+def _host_only():
+    return DeviceListing(("cpu:0",), "cpu:0", accelerators=False)
+
+
+LISTERS = {
+    "tensorflow": _tensorflow,
+    "jax": _jax,
+}
+
+
+def list_devices(backend):
+    """The devices `backend` can place replicas on."""
+    lister = LISTERS.get(backend, _host_only)
+    return lister()

@@ -1,0 +1,29 @@
+"""The exceptions and warnings agnostic raises: part of the public API."""
+
+
+class AgnosticError(Exception):
+    """Base class of every error agnostic raises."""
+
+
+class DeviceRequestError(AgnosticError, ValueError):
+    """`gpus` asks for devices that do not exist or is not a valid request."""
+
+
+class BatchSplitError(AgnosticError, ValueError):
+    """A batch cannot be split evenly over the replicas."""
+
+
+class EngineUnavailableError(AgnosticError, ImportError):
+    """Keras or the engine it names is not installed."""
+
+
+class ModelCopyError(AgnosticError, ValueError):
+    """The model cannot be rebuilt inside a strategy's scope."""
+
+
+class SingleDeviceWarning(UserWarning):
+    """Training falls back to one device."""
+
+
+class CpuDevicesWarning(UserWarning):
+    """AGNOSTIC_CPU_DEVICES could not be applied to the engine."""

@@ -1,0 +1,200 @@
+"""The decision: which strategy, on which devices, and why. Starts nothing."""
+import dataclasses
+import logging
+import warnings
+from typing import Optional, Sequence, Tuple
+
+from agnostic import devices as devices_lib
+from agnostic import errors
+
+logger = logging.getLogger("agnostic")
+
+# The strategy that spreads one engine over several devices. An engine that is
+# not here trains on one device with a SingleDeviceWarning.
+MULTI_DEVICE = {
+    "tensorflow": "tf-mirrored",
+    "jax": "jax-data-parallel",
+}
+SINGLE_DEVICE = "single-device"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What `backend_agnostic_compile` will do, decided before anything is built.
+
+    Example:
+        >>> plan = agnostic.resolve(gpus=2)
+        >>> plan.strategy, plan.devices
+        ('tf-mirrored', ('/device:GPU:0', '/device:GPU:1'))
+    """
+
+    backend: str
+    strategy: str
+    devices: Tuple[str, ...]
+    num_replicas: int
+    num_processes: int = 1
+    process_id: int = 0
+    reason: str = ""
+    # The warning to give when this plan is used, if any (not part of equality).
+    fallback_warning: Optional[str] = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+
+    def describe(self):
+        devices = ", ".join(self.devices)
+        return (
+            f"agnostic plan: backend={self.backend} strategy={self.strategy} "
+            f"replicas={self.num_replicas} devices=[{devices}]: {self.reason}"
+        )
+
+
+def resolve(gpus=None):
+    """Looks at the engine and its devices and decides how to train.
+
+    Args:
+        gpus: None for every visible accelerator, an int for that many, or a
+            list of device ids (the legacy `multi_gpu_model` meaning).
+
+    Returns:
+        A frozen `Plan`.
+
+    Raises:
+        DeviceRequestError: `gpus` asks for devices that do not exist.
+        EngineUnavailableError: Keras or its engine is not installed.
+    """
+    check_gpus_type(gpus)
+    backend = devices_lib.current_backend()
+    return decide(backend, devices_lib.list_devices(backend), gpus)
+
+
+def check_gpus_type(gpus):
+    """Rejects values of `gpus` that are wrong whatever the machine has."""
+    if gpus is None:
+        return
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, list, tuple)):
+        raise errors.DeviceRequestError(
+            "`gpus` must be None (every device), a positive int (that many "
+            "devices) or a list of device ids such as [0, 1]. "
+            f"Received: gpus={gpus!r} (of type {type(gpus).__name__})"
+        )
+    if isinstance(gpus, int):
+        if gpus < 1:
+            raise errors.DeviceRequestError(
+                "`gpus` must be at least 1; pass None to use every device. "
+                f"Received: gpus={gpus!r}"
+            )
+        return
+    if not gpus:
+        raise errors.DeviceRequestError(
+            "`gpus` is an empty list: name at least one device id, such as "
+            f"[0, 1], or pass None to use every device. Received: gpus={gpus!r}"
+        )
+    for device_id in gpus:
+        if isinstance(device_id, bool) or not isinstance(device_id, int):
+            raise errors.DeviceRequestError(
+                "Every device id in `gpus` must be an int, such as [0, 1]. "
+                f"Received: gpus={gpus!r}"
+            )
+        if device_id < 0:
+            raise errors.DeviceRequestError(
+                "Device ids in `gpus` start at 0 and cannot be negative. "
+                f"Received: gpus={gpus!r}"
+            )
+    duplicates = sorted({d for d in gpus if list(gpus).count(d) > 1})
+    if duplicates:
+        raise errors.DeviceRequestError(
+            f"`gpus` names device {duplicates[0]} more than once; each device "
+            f"can hold one replica. Received: gpus={gpus!r}"
+        )
+
+
+def decide(backend, listing, gpus=None):
+    """The pure decision: engine name, devices found and `gpus` to a Plan."""
+    check_gpus_type(gpus)
+    found = listing.devices
+    strategy = MULTI_DEVICE.get(backend)
+    if strategy is None:
+        note = (
+            f"Keras engine '{backend}' has no multi-device path in agnostic; "
+            f"training on {listing.host}."
+        )
+        asks_one = gpus == 1 or (not isinstance(gpus, int) and len(gpus or ()) == 1)
+        warn = None if asks_one else note
+        if warn:
+            warn += (
+                " To use several devices, set KERAS_BACKEND to one of: "
+                f"{', '.join(sorted(MULTI_DEVICE))}."
+            )
+        return _single(backend, listing.host, note, warn)
+    chosen = _choose(found, gpus, listing)
+    if len(chosen) < 2:
+        if gpus is None:
+            note = (
+                f"{backend} sees {_count(found, listing)}; "
+                f"training on {chosen[0]}."
+            )
+            warn = note + (
+                " To train on several devices, run on a machine with "
+                "several accelerators, or set AGNOSTIC_CPU_DEVICES=N before "
+                "starting Python to split the CPU into N devices."
+            )
+            return _single(backend, chosen[0], note, warn)
+        return _single(backend, chosen[0], f"gpus={gpus!r} asks for one device.")
+    kind = "simulated CPU devices" if listing.simulated else "devices"
+    reason = f"{len(chosen)} {kind} of {len(found)} found, gpus={gpus!r}."
+    return Plan(backend, strategy, tuple(chosen), len(chosen), reason=reason)
+
+
+def _single(backend, device, reason, warning=None):
+    return Plan(
+        backend, SINGLE_DEVICE, (device,), 1, reason=reason,
+        fallback_warning=warning,
+    )
+
+
+def _count(found, listing):
+    if not listing.accelerators and len(found) <= 1:
+        return f"no accelerator and one CPU device ({listing.host})"
+    return f"{len(found)} device(s): {', '.join(found)}"
+
+
+def _choose(found: Sequence[str], gpus, listing):
+    """The device names `gpus` selects, or raises naming what exists."""
+    if gpus is None:
+        return list(found)
+    if isinstance(gpus, int):
+        if gpus > len(found):
+            raise errors.DeviceRequestError(
+                f"gpus={gpus} asks for {gpus} devices, but only {len(found)} "
+                f"exist: {_names(found)}. Pass gpus=None to use all of them, "
+                f"or a number up to {len(found)}.{_cpu_hint(listing)}"
+            )
+        return list(found[:gpus])
+    missing = [d for d in gpus if d >= len(found)]
+    if missing:
+        raise errors.DeviceRequestError(
+            f"gpus={list(gpus)!r} names device id {missing[0]}, which does "
+            f"not exist. The devices are {_names(found)} (ids 0 to "
+            f"{len(found) - 1}).{_cpu_hint(listing)}"
+        )
+    return [found[d] for d in gpus]
+
+
+def _names(found):
+    return ", ".join(f"{i}: {name}" for i, name in enumerate(found))
+
+
+def _cpu_hint(listing):
+    if listing.accelerators:
+        return ""
+    return (
+        " Without accelerators, set AGNOSTIC_CPU_DEVICES=N before starting "
+        "Python to split the CPU into N devices."
+    )
+
+
+def announce(plan):
+    """Logs the plan once and gives its fallback warning, if it has one."""
+    logger.info(plan.describe())
+    if plan.fallback_warning:
+        warnings.warn(plan.fallback_warning, errors.SingleDeviceWarning, stacklevel=3)

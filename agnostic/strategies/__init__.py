@@ -1,0 +1,23 @@
+"""One module per strategy; the registry maps Plan.strategy to its class.
+
+Adding an engine is adding a module here and one line in STRATEGIES.
+"""
+import importlib
+
+STRATEGIES = {
+    "single-device": "agnostic.strategies.single_device:SingleDeviceStrategy",
+    "tf-mirrored": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
+    "jax-data-parallel": "agnostic.strategies.jax_data_parallel:JaxDataParallelStrategy",
+}
+
+
+def get(name):
+    """The strategy class registered as `name` (imports its module)."""
+    try:
+        target = STRATEGIES[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown strategy {name!r}. Known: {', '.join(sorted(STRATEGIES))}"
+        ) from None
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)

@@ -1,0 +1,109 @@
+"""What every strategy shares: the interface and the replica-model helpers."""
+import functools
+
+from agnostic import batching, errors
+
+
+class Strategy:
+    """Executes a Plan: turns a template model into a compiled model."""
+
+    name = ""
+
+    def __init__(self, plan, cpu_merge=True, cpu_relocation=False):
+        self.plan = plan
+        self.cpu_merge = cpu_merge
+        self.cpu_relocation = cpu_relocation
+
+    def compile(self, template, compile_kwargs):
+        raise NotImplementedError
+
+
+def build_replica_model(template, scope, compile_kwargs):
+    """Clones `template` inside `scope` with its weights, and compiles it.
+
+    Engines create per-device variables only inside their scope, so the
+    template (built anywhere) is rebuilt there; the optimizer and metric
+    objects are rebuilt too, since their variables are created with them.
+    """
+    import keras
+
+    with scope:
+        try:
+            model = keras.models.clone_model(template)
+        except Exception as error:  # clone_model raises many types
+            raise errors.ModelCopyError(
+                "agnostic rebuilds the model inside the strategy's scope with "
+                "keras.models.clone_model, which failed for "
+                f"{type(template).__name__}: {error}. Build the model with the "
+                "functional API or Sequential, or give your subclass "
+                "get_config() and from_config()."
+            ) from error
+        model.set_weights(template.get_weights())
+        model.compile(**fresh_compile_objects(compile_kwargs))
+    return model
+
+
+def fresh_compile_objects(compile_kwargs):
+    """Copies of the optimizer and metric objects, made in the current scope."""
+    import keras
+
+    def renew(value):
+        if isinstance(value, (keras.optimizers.Optimizer, keras.metrics.Metric)):
+            return type(value).from_config(value.get_config())
+        if isinstance(value, (list, tuple)):
+            return type(value)(renew(v) for v in value)
+        if isinstance(value, dict):
+            return {k: renew(v) for k, v in value.items()}
+        return value
+
+    return {key: renew(value) for key, value in compile_kwargs.items()}
+
+
+def wrap_method(model, name, wrapper):
+    """Replaces `model.name` on this instance by `wrapper(original)`."""
+    original = getattr(model, name)
+    setattr(model, name, functools.wraps(original)(wrapper(original)))
+
+
+def keep_template_in_sync(model, template, num_replicas, scope_factory=None):
+    """Checks batch splits before each call, and copies trained weights back.
+
+    `fit` on the returned model leaves the trained weights in the template too,
+    as the legacy `multi_gpu_model` did, even when fit is interrupted.
+    """
+    enter = scope_factory or _no_scope
+
+    def fit(original):
+        def run(*args, **kwargs):
+            batching.check_call("fit", original, num_replicas, args, kwargs)
+            try:
+                with enter():
+                    return original(*args, **kwargs)
+            finally:
+                template.set_weights(model.get_weights())
+
+        return run
+
+    def checked(method_name):
+        def wrapper(original):
+            def run(*args, **kwargs):
+                batching.check_call(method_name, original, num_replicas, args, kwargs)
+                with enter():
+                    return original(*args, **kwargs)
+
+            return run
+
+        return wrapper
+
+    wrap_method(model, "fit", fit)
+    for method_name in ("evaluate", "predict", "train_on_batch", "test_on_batch",
+                        "predict_on_batch"):
+        wrap_method(model, method_name, checked(method_name))
+
+
+class _no_scope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

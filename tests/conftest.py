@@ -1,0 +1,50 @@
+"""Shared test setup.
+
+Engine tests need the engine KERAS_BACKEND names. In the `core` tox
+environment (no engine) they skip with a reason; in an engine's own
+environment (AGNOSTIC_REQUIRE_ENGINE=1) a missing engine is a failure.
+"""
+import importlib
+import os
+import subprocess
+import sys
+import json
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def engine_or_skip():
+    """Imports keras on the configured engine, or skips (core env only)."""
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    try:
+        keras = importlib.import_module("keras")
+        importlib.import_module(backend)
+    except ImportError as error:
+        if os.environ.get("AGNOSTIC_REQUIRE_ENGINE") == "1":
+            raise
+        pytest.skip(f"engine {backend} is not installed in this environment: {error}")
+    return keras
+
+
+def cpu_devices():
+    return int(os.environ.get("AGNOSTIC_CPU_DEVICES", "0") or 0)
+
+
+def run_python(code, env=None, timeout=300):
+    """Runs `code` in a fresh interpreter; returns the JSON its last line prints."""
+    environ = dict(os.environ)
+    environ.update(env or {})
+    for key, value in list(environ.items()):
+        if value is None:
+            del environ[key]
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=environ, capture_output=True,
+        text=True, timeout=timeout, cwd=ROOT,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"subprocess failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,0 +1,11 @@
+"""Each engine's own tests run in that engine's tox environment only."""
+import os
+
+ENGINE_TESTS = {
+    "tensorflow": "test_tf_mirrored.py",
+    "jax": "test_jax_data_parallel.py",
+}
+collect_ignore = [
+    name for engine, name in ENGINE_TESTS.items()
+    if engine != os.environ.get("KERAS_BACKEND")
+]

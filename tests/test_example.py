@@ -1,0 +1,24 @@
+"""examples/digits.py, unchanged, in a real process on the configured engine."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, engine_or_skip
+
+engine_or_skip()
+pytest.importorskip("sklearn")
+
+
+@pytest.mark.parametrize("devices", ["2", "4"])
+def test_digits_example_reaches_90_percent(devices):
+    env = dict(os.environ, AGNOSTIC_CPU_DEVICES=devices)
+    result = subprocess.run([sys.executable, "examples/digits.py"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"on {devices} device(s)" in result.stdout
+    accuracy = float(re.search(r"test accuracy: ([0-9.]+)", result.stdout).group(1))
+    assert accuracy >= 0.9
+    assert result.stdout.count("test accuracy") == 1

@@ -1,0 +1,117 @@
+"""The decision, without any engine: device counts are faked here (mocked),
+since a machine with GPUs cannot exist in this test environment."""
+import pytest
+
+import agnostic
+from agnostic import devices, plan
+from agnostic.devices import DeviceListing
+
+GPUS_4 = DeviceListing(
+    tuple(f"/device:GPU:{i}" for i in range(4)), "/device:CPU:0", accelerators=True
+)
+ONE_CPU = DeviceListing(("/device:CPU:0",), "/device:CPU:0", accelerators=False)
+CPUS_2 = DeviceListing(
+    ("/device:CPU:0", "/device:CPU:1"), "/device:CPU:0", accelerators=False,
+    simulated=True,
+)
+
+
+def test_every_gpu_by_default():
+    chosen = plan.decide("tensorflow", GPUS_4)
+    assert chosen.strategy == "tf-mirrored"
+    assert chosen.devices == GPUS_4.devices
+    assert chosen.num_replicas == 4
+    assert (chosen.num_processes, chosen.process_id) == (1, 0)
+    assert "4 devices of 4" in chosen.reason
+
+
+def test_count_takes_the_first_devices():
+    chosen = plan.decide("jax", GPUS_4, gpus=2)
+    assert chosen.strategy == "jax-data-parallel"
+    assert chosen.devices == GPUS_4.devices[:2]
+
+
+def test_list_takes_those_ids_in_order():
+    chosen = plan.decide("tensorflow", GPUS_4, gpus=[3, 1])
+    assert chosen.devices == ("/device:GPU:3", "/device:GPU:1")
+    assert chosen.num_replicas == 2
+
+
+def test_one_requested_device_is_single_device_without_warning():
+    chosen = plan.decide("tensorflow", GPUS_4, gpus=[2])
+    assert chosen.strategy == "single-device"
+    assert chosen.devices == ("/device:GPU:2",)
+    assert chosen.fallback_warning is None
+
+
+def test_simulated_cpus_count_as_devices():
+    chosen = plan.decide("jax", CPUS_2)
+    assert chosen.strategy == "jax-data-parallel"
+    assert "simulated CPU devices" in chosen.reason
+
+
+def test_one_cpu_falls_back_with_a_warning_that_says_how_to_get_more():
+    chosen = plan.decide("tensorflow", ONE_CPU)
+    assert chosen.strategy == "single-device"
+    assert chosen.devices == ("/device:CPU:0",)
+    assert "no accelerator" in chosen.fallback_warning
+    assert "AGNOSTIC_CPU_DEVICES=N" in chosen.fallback_warning
+
+
+@pytest.mark.parametrize("backend", ["numpy", "openvino"])
+def test_engine_without_multi_device_path_warns(backend):
+    chosen = plan.decide(backend, GPUS_4, gpus=2)
+    assert chosen.strategy == "single-device"
+    assert f"'{backend}' has no multi-device path" in chosen.fallback_warning
+    assert "KERAS_BACKEND" in chosen.fallback_warning
+
+
+def test_plan_is_frozen():
+    chosen = plan.decide("tensorflow", GPUS_4)
+    with pytest.raises(Exception):
+        chosen.strategy = "other"
+
+
+@pytest.mark.parametrize(
+    "gpus, message",
+    [
+        (5, r"gpus=5 asks for 5 devices, but only 4 exist: 0: /device:GPU:0, "
+            r"1: /device:GPU:1, 2: /device:GPU:2, 3: /device:GPU:3\. Pass "
+            r"gpus=None to use all of them, or a number up to 4\."),
+        ([0, 7], r"gpus=\[0, 7\] names device id 7, which does not exist\. "
+                 r"The devices are 0: /device:GPU:0, .* \(ids 0 to 3\)\."),
+        ([1, 1], r"`gpus` names device 1 more than once"),
+        (0, r"`gpus` must be at least 1; .* Received: gpus=0"),
+        (-2, r"`gpus` must be at least 1; .* Received: gpus=-2"),
+        ([], r"`gpus` is an empty list"),
+        ([-1], r"cannot be negative\. Received: gpus=\[-1\]"),
+        ("2", r"`gpus` must be None .* Received: gpus='2' \(of type str\)"),
+        (2.0, r"Received: gpus=2.0 \(of type float\)"),
+        (True, r"Received: gpus=True \(of type bool\)"),
+        ([0, "1"], r"Every device id in `gpus` must be an int"),
+    ],
+)
+def test_bad_gpus_values_are_refused_with_the_devices_that_exist(gpus, message):
+    with pytest.raises(agnostic.DeviceRequestError, match=message):
+        plan.decide("tensorflow", GPUS_4, gpus=gpus)
+
+
+def test_device_request_error_is_a_value_error():
+    assert issubclass(agnostic.DeviceRequestError, ValueError)
+    assert issubclass(agnostic.SingleDeviceWarning, UserWarning)
+
+
+def test_without_accelerators_the_error_says_how_to_split_the_cpu():
+    with pytest.raises(agnostic.DeviceRequestError, match="AGNOSTIC_CPU_DEVICES=N"):
+        plan.decide("jax", ONE_CPU, gpus=2)
+
+
+@pytest.mark.parametrize("raw, expected", [("", 0), ("4", 4), (" 2 ", 2)])
+def test_cpu_devices_variable(raw, expected):
+    assert devices.requested_cpu_devices({"AGNOSTIC_CPU_DEVICES": raw}) == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "two", "1.5"])
+def test_bad_cpu_devices_variable(raw):
+    with pytest.raises(agnostic.DeviceRequestError, match="AGNOSTIC_CPU_DEVICES must be"):
+        devices.requested_cpu_devices({"AGNOSTIC_CPU_DEVICES": raw})

@@ -24,7 +24,8 @@ def engine_or_skip():
     except ImportError as error:
         if os.environ.get("AGNOSTIC_REQUIRE_ENGINE") == "1":
             raise
-        pytest.skip(f"engine {backend} is not installed in this environment: {error}")
+        pytest.skip(f"engine {backend} is not installed in this environment: {error}",
+                    allow_module_level=True)
     return keras
 
 

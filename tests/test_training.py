@@ -148,3 +148,29 @@ def test_cpu_devices_apply_whatever_the_script_imports_first():
     result = run_python(CPU_SPLIT_AFTER_ENGINE.format(engine=engine),
                         env={"AGNOSTIC_CPU_DEVICES": "3"})
     assert result["replicas"] == 3
+
+
+def test_one_chosen_device_that_is_not_the_first_is_used():
+    x, y = models.data()
+    reference = models.build(keras)
+    reference.compile(optimizer=sgd(), **models.COMPILE)
+    reference.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    plan = agnostic.resolve(gpus=[2])
+    assert plan.strategy == "single-device"
+    template = models.build(keras)
+    model = agnostic.backend_agnostic_compile(template, optimizer=sgd(), gpus=[2],
+                                              **models.COMPILE)
+    assert model is not template  # rebuilt on device 2, not compiled in place
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert models.relative_difference(reference.get_weights(), template.get_weights()) < 1e-5
+    wanted = plan.devices[0].split("device:")[-1].lower()  # "cpu:2" on both engines
+    for weight in model.weights:
+        assert {name.split("device:")[-1].lower() for name in devices_of(weight)} == {wanted}
+
+
+def devices_of(weight):
+    """The devices holding a variable: a jax array's, or each TF copy's."""
+    value = weight.value
+    if hasattr(value, "sharding"):
+        return {f"{d.platform}:{d.id}" for d in value.sharding.device_set}
+    return {copy.device for copy in getattr(value, "values", (value,))}

@@ -74,6 +74,18 @@ def _jax():
     return _cpu_listing(names)
 
 
+def _mxnet():
+    import mxnet
+
+    gpus = mxnet.context.num_gpus()
+    if gpus:
+        return DeviceListing(tuple(f"gpu({i})" for i in range(gpus)), "cpu(0)",
+                             accelerators=True)
+    # MXNet contexts are names: N cpu(i) contexts need no set-up in the engine.
+    count = max(1, requested_cpu_devices())
+    return _cpu_listing([f"cpu({i})" for i in range(count)])
+
+
 def _cpu_listing(cpus):
     simulated = len(cpus) > 1
     if not simulated:
@@ -88,6 +100,7 @@ def _host_only():
 LISTERS = {
     "tensorflow": _tensorflow,
     "jax": _jax,
+    "mxnet": _mxnet,
 }
 
 

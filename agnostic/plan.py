@@ -14,6 +14,14 @@ logger = logging.getLogger("agnostic")
 MULTI_DEVICE = {
     "tensorflow": "tf-mirrored",
     "jax": "jax-data-parallel",
+    "mxnet": "mxnet-context",
+}
+# Said in the plan's reason, so that the log carries it.
+NOTES = {
+    "mxnet": (
+        " MXNet is retired upstream (keras-mxnet 2.2.4.3 and mxnet 1.9.1 are "
+        "the last releases); this path keeps existing keras-mxnet code working."
+    ),
 }
 SINGLE_DEVICE = "single-device"
 
@@ -142,12 +150,13 @@ def decide(backend, listing, gpus=None):
         return _single(backend, chosen[0], f"gpus={gpus!r} asks for one device.")
     kind = "simulated CPU devices" if listing.simulated else "devices"
     reason = f"{len(chosen)} {kind} of {len(found)} found, gpus={gpus!r}."
-    return Plan(backend, strategy, tuple(chosen), len(chosen), reason=reason)
+    return Plan(backend, strategy, tuple(chosen), len(chosen),
+                reason=reason + NOTES.get(backend, ""))
 
 
 def _single(backend, device, reason, warning=None):
     return Plan(
-        backend, SINGLE_DEVICE, (device,), 1, reason=reason,
+        backend, SINGLE_DEVICE, (device,), 1, reason=reason + NOTES.get(backend, ""),
         fallback_warning=warning,
     )
 

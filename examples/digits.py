@@ -4,6 +4,7 @@ The same file runs on every engine:
 
     KERAS_BACKEND=tensorflow AGNOSTIC_CPU_DEVICES=2 python examples/digits.py
     KERAS_BACKEND=jax AGNOSTIC_CPU_DEVICES=4 python examples/digits.py
+    KERAS_BACKEND=mxnet AGNOSTIC_CPU_DEVICES=2 python3.8 examples/digits.py
 """
 import logging
 
@@ -13,7 +14,8 @@ from sklearn.datasets import load_digits
 
 import agnostic
 
-logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+logging.basicConfig(format="%(name)s: %(message)s")
+logging.getLogger("agnostic").setLevel(logging.INFO)  # the plan, once
 
 digits = load_digits()
 order = np.random.default_rng(0).permutation(len(digits.target))
@@ -24,13 +26,15 @@ y = digits.target[order]
 x_train, y_train = x[:1408], y[:1408]
 x_test, y_test = x[1408:1792], y[1408:1792]
 
-keras.utils.set_random_seed(0)
-inputs = keras.Input(shape=(64,))
+np.random.seed(0)
+if hasattr(keras.utils, "set_random_seed"):  # Keras 3; keras-mxnet (Keras 2.2) has none
+    keras.utils.set_random_seed(0)
+inputs = keras.layers.Input(shape=(64,))
 wide = keras.layers.Dense(128, activation="relu")(inputs)
 narrow = keras.layers.Dense(32, activation="tanh")(inputs)
 hidden = keras.layers.concatenate([wide, narrow])
 outputs = keras.layers.Dense(10, activation="softmax")(hidden)
-model = keras.Model(inputs, outputs)
+model = keras.models.Model(inputs, outputs)
 
 parallel = agnostic.backend_agnostic_compile(
     model,

@@ -17,7 +17,7 @@ import agnostic  # noqa: E402  (after the engine check)
 
 
 def sgd():
-    return keras.optimizers.SGD(learning_rate=0.1)
+    return models.sgd(keras)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_the_simulated_devices_are_there():
 def test_replicas_train_like_one_device(single_device_run, replicas):
     initial, expected, expected_history = single_device_run
     x, y = models.data()
-    template = models.build(keras, seed=99)  # different init, then overwritten
+    template = models.build(keras, seed_value=99)  # different init, then overwritten
     template.set_weights(initial)
     model = agnostic.backend_agnostic_compile(template, optimizer=sgd(),
                                               gpus=replicas, **models.COMPILE)
@@ -52,8 +52,9 @@ def test_replicas_train_like_one_device(single_device_run, replicas):
     # The template holds the trained weights after fit, as with multi_gpu_model.
     assert models.relative_difference(expected, template.get_weights()) < 1e-5
     assert models.relative_difference(initial, model.get_weights()) > 1e-3
-    for name in ("loss", "accuracy"):
-        np.testing.assert_allclose(history[name], expected_history[name], atol=1e-3)
+    np.testing.assert_allclose(history["loss"], expected_history["loss"], atol=1e-3)
+    np.testing.assert_allclose(models.accuracy(history), models.accuracy(expected_history),
+                               atol=1e-3)
 
 
 def test_returned_model_evaluates_and_predicts_like_the_template(tmp_path):
@@ -68,10 +69,10 @@ def test_returned_model_evaluates_and_predicts_like_the_template(tmp_path):
     expected = template.evaluate(x, y, batch_size=32, verbose=0)
     np.testing.assert_allclose(model.evaluate(x, y, batch_size=32, verbose=0),
                                expected, atol=1e-5)
-    template.save(tmp_path / "template.keras")
-    model.save(tmp_path / "model.keras")
-    for name in ("template.keras", "model.keras"):
-        loaded = keras.models.load_model(tmp_path / name)
+    for name, saved in (("template", template), ("model", model)):
+        path = models.model_file(keras, tmp_path, name)
+        saved.save(path)
+        loaded = keras.models.load_model(path)
         assert models.relative_difference(template.get_weights(), loaded.get_weights()) < 1e-6
 
 
@@ -114,7 +115,8 @@ def test_plan_is_logged_once(caplog):
 
 FALLBACK = """
 import json, warnings, keras, agnostic
-inputs = keras.Input((3,)); model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+inputs = keras.layers.Input((3,))
+model = keras.models.Model(inputs, keras.layers.Dense(1)(inputs))
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     compiled = agnostic.backend_agnostic_compile(model, loss="mse", optimizer="sgd")
@@ -136,7 +138,8 @@ CPU_SPLIT_AFTER_ENGINE = """
 import json, os, sys
 import {engine}  # the engine first, then a model, then agnostic
 import keras
-inputs = keras.Input((3,)); model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+inputs = keras.layers.Input((3,))
+model = keras.models.Model(inputs, keras.layers.Dense(1)(inputs))
 model.predict(__import__("numpy").zeros((2, 3)), verbose=0)
 import agnostic
 print(json.dumps({{"replicas": agnostic.resolve().num_replicas}}))
@@ -157,20 +160,16 @@ def test_one_chosen_device_that_is_not_the_first_is_used():
     reference.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
     plan = agnostic.resolve(gpus=[2])
     assert plan.strategy == "single-device"
+    assert plan.devices == agnostic.resolve().devices[2:3]
     template = models.build(keras)
     model = agnostic.backend_agnostic_compile(template, optimizer=sgd(), gpus=[2],
                                               **models.COMPILE)
-    assert model is not template  # rebuilt on device 2, not compiled in place
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
     assert models.relative_difference(reference.get_weights(), template.get_weights()) < 1e-5
-    wanted = plan.devices[0].split("device:")[-1].lower()  # "cpu:2" on both engines
-    for weight in model.weights:
-        assert {name.split("device:")[-1].lower() for name in devices_of(weight)} == {wanted}
-
-
-def devices_of(weight):
-    """The devices holding a variable: a jax array's, or each TF copy's."""
-    value = weight.value
-    if hasattr(value, "sharding"):
-        return {f"{d.platform}:{d.id}" for d in value.sharding.device_set}
-    return {copy.device for copy in getattr(value, "values", (value,))}
+    if models.is_keras3(keras):
+        # Keras 2.2 on MXNet maps every cpu(i) context to cpu(0), so only
+        # Keras 3 engines can show where the weights live.
+        wanted = plan.devices[0].split("device:")[-1].lower()  # "cpu:2"
+        for weight in model.weights:
+            found = {name.split("device:")[-1].lower() for name in models.devices_of(weight)}
+            assert found == {wanted}

@@ -8,6 +8,7 @@ STRATEGIES = {
     "single-device": "agnostic.strategies.single_device:SingleDeviceStrategy",
     "tf-mirrored": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
     "jax-data-parallel": "agnostic.strategies.jax_data_parallel:JaxDataParallelStrategy",
+    "mxnet-context": "agnostic.strategies.mxnet_context:MxnetContextStrategy",
 }
 
 

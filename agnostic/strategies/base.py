@@ -80,7 +80,8 @@ def keep_template_in_sync(model, template, num_replicas, scope_factory=None):
                 with enter():
                     return original(*args, **kwargs)
             finally:
-                template.set_weights(model.get_weights())
+                if model is not template:
+                    template.set_weights(model.get_weights())
 
         return run
 

@@ -4,6 +4,7 @@ import os
 ENGINE_TESTS = {
     "tensorflow": "test_tf_mirrored.py",
     "jax": "test_jax_data_parallel.py",
+    "mxnet": "test_mxnet_context.py",
 }
 collect_ignore = [
     name for engine, name in ENGINE_TESTS.items()

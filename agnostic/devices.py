@@ -86,6 +86,17 @@ def _mxnet():
     return _cpu_listing([f"cpu({i})" for i in range(count)])
 
 
+def _torch():
+    import torch
+
+    if torch.cuda.is_available():
+        gpus = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count()))
+        return DeviceListing(gpus, "cpu", accelerators=True)
+    # torch-ddp runs one process per device: N CPU processes need no set-up.
+    count = max(1, requested_cpu_devices())
+    return _cpu_listing([f"cpu:{i}" for i in range(count)])
+
+
 def _cpu_listing(cpus):
     simulated = len(cpus) > 1
     if not simulated:
@@ -101,6 +112,7 @@ LISTERS = {
     "tensorflow": _tensorflow,
     "jax": _jax,
     "mxnet": _mxnet,
+    "torch": _torch,
 }
 
 

@@ -27,3 +27,11 @@ class SingleDeviceWarning(UserWarning):
 
 class CpuDevicesWarning(UserWarning):
     """AGNOSTIC_CPU_DEVICES could not be applied to the engine."""
+
+
+class LaunchError(AgnosticError, RuntimeError):
+    """The processes of a multi-process strategy cannot be started or joined."""
+
+
+class UnsupportedInputError(AgnosticError, ValueError):
+    """A strategy cannot split this kind of input over its processes."""

@@ -15,7 +15,10 @@ MULTI_DEVICE = {
     "tensorflow": "tf-mirrored",
     "jax": "jax-data-parallel",
     "mxnet": "mxnet-context",
+    "torch": "torch-ddp",
 }
+# Strategies that run one process per device.
+PROCESS_PER_DEVICE = {"torch-ddp"}
 # Said in the plan's reason, so that the log carries it.
 NOTES = {
     "mxnet": (
@@ -70,9 +73,12 @@ def resolve(gpus=None):
         DeviceRequestError: `gpus` asks for devices that do not exist.
         EngineUnavailableError: Keras or its engine is not installed.
     """
+    from agnostic.launch import environment
+
     check_gpus_type(gpus)
     backend = devices_lib.current_backend()
-    return decide(backend, devices_lib.list_devices(backend), gpus)
+    group = environment.from_environment()
+    return decide(backend, devices_lib.list_devices(backend), gpus, group)
 
 
 def check_gpus_type(gpus):
@@ -116,11 +122,14 @@ def check_gpus_type(gpus):
         )
 
 
-def decide(backend, listing, gpus=None):
-    """The pure decision: engine name, devices found and `gpus` to a Plan."""
+def decide(backend, listing, gpus=None, group=None):
+    """The pure decision: engine name, devices found, `gpus` and the process
+    group this process was started in (torchrun's variables), to a Plan."""
     check_gpus_type(gpus)
     found = listing.devices
     strategy = MULTI_DEVICE.get(backend)
+    if group is not None and strategy in PROCESS_PER_DEVICE:
+        return _join(backend, strategy, listing, gpus, group)
     if strategy is None:
         note = (
             f"Keras engine '{backend}' has no multi-device path in agnostic; "
@@ -150,8 +159,30 @@ def decide(backend, listing, gpus=None):
         return _single(backend, chosen[0], f"gpus={gpus!r} asks for one device.")
     kind = "simulated CPU devices" if listing.simulated else "devices"
     reason = f"{len(chosen)} {kind} of {len(found)} found, gpus={gpus!r}."
-    return Plan(backend, strategy, tuple(chosen), len(chosen),
+    processes = len(chosen) if strategy in PROCESS_PER_DEVICE else 1
+    if processes > 1:
+        reason += f" One process per device: this one and {processes - 1} started by agnostic."
+    return Plan(backend, strategy, tuple(chosen), len(chosen), num_processes=processes,
                 reason=reason + NOTES.get(backend, ""))
+
+
+def _join(backend, strategy, listing, gpus, group):
+    """A process that torchrun (or agnostic) started: the group decides."""
+    world = group.world_size
+    asked = None if gpus is None else (gpus if isinstance(gpus, int) else len(gpus))
+    if asked is not None and asked != world:
+        raise errors.DeviceRequestError(
+            f"This process is one of WORLD_SIZE={world} processes started by "
+            f"torchrun (or agnostic), but gpus={gpus!r} asks for {asked} devices. "
+            f"Pass gpus=None, or start {asked} processes."
+        )
+    if listing.accelerators:
+        devices = tuple(listing.devices[i % len(listing.devices)] for i in range(world))
+    else:
+        devices = tuple(f"cpu:{i}" for i in range(world))
+    reason = f"process {group.rank} of {world} in a group at {group.address}."
+    return Plan(backend, strategy, devices, world, num_processes=world,
+                process_id=group.rank, reason=reason)
 
 
 def _single(backend, device, reason, warning=None):
@@ -203,7 +234,12 @@ def _cpu_hint(listing):
 
 
 def announce(plan):
-    """Logs the plan once and gives its fallback warning, if it has one."""
+    """Logs the plan once and gives its fallback warning, if it has one.
+
+    Only the chief (process 0) speaks: the other processes say nothing.
+    """
+    if plan.process_id != 0:
+        return
     logger.info(plan.describe())
     if plan.fallback_warning:
         warnings.warn(plan.fallback_warning, errors.SingleDeviceWarning, stacklevel=3)

@@ -9,6 +9,7 @@ STRATEGIES = {
     "tf-mirrored": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
     "jax-data-parallel": "agnostic.strategies.jax_data_parallel:JaxDataParallelStrategy",
     "mxnet-context": "agnostic.strategies.mxnet_context:MxnetContextStrategy",
+    "torch-ddp": "agnostic.strategies.torch_ddp:TorchDDPStrategy",
 }
 
 

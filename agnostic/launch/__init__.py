@@ -1,0 +1,1 @@
+"""Starting and joining the processes of a multi-process strategy."""

@@ -1,0 +1,137 @@
+"""Starts the other processes of a group on this machine by re-running the
+user's script, as `python train.py` was started, with rank variables set.
+
+The starting process becomes rank 0. It watches its workers: when one fails,
+the others are stopped and rank 0 exits with the failing status; when rank 0
+ends, it waits for them and exits with the first failing status. Workers are
+killed by the kernel if rank 0 dies, so none is left behind.
+"""
+import atexit
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from agnostic import errors
+from agnostic.launch.environment import ProcessGroup
+
+logger = logging.getLogger("agnostic")
+POLL_SECONDS = 0.2
+GRACE_SECONDS = 10
+
+
+def script_command():
+    """The command that re-runs this script with its arguments."""
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    if spec is not None and spec.name not in ("__main__", None):
+        return [sys.executable, "-m", spec.name] + sys.argv[1:]
+    script = sys.argv[0] if sys.argv else ""
+    if not script or script == "-c" or not os.path.exists(script):
+        raise errors.LaunchError(
+            "agnostic starts one process per device by running your script "
+            "again, but this Python was not started from a script file "
+            f"(sys.argv[0]={script!r}). Run it as `python train.py`, or start "
+            "the processes yourself with `torchrun --nproc-per-node N train.py`."
+        )
+    return [sys.executable, os.path.abspath(script)] + sys.argv[1:]
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _die_with_parent():
+    # Linux: the kernel sends SIGKILL to the worker when rank 0 dies.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+class Workers:
+    """Ranks 1..N-1, started and watched by rank 0."""
+
+    def __init__(self, world_size, extra_environment=None):
+        self.group = ProcessGroup(0, world_size, 0, "127.0.0.1", free_port())
+        command = script_command()
+        self.processes = {}
+        for rank in range(1, world_size):
+            environment = dict(os.environ, **(extra_environment or {}))
+            environment.update(
+                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                MASTER_ADDR=self.group.master_addr, MASTER_PORT=str(self.group.master_port),
+                # Only the chief prints; the workers' errors still reach stderr.
+                PYTHONWARNINGS="ignore",
+            )
+            self.processes[rank] = subprocess.Popen(
+                command, env=environment, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+            )
+        self._crashed = False
+        self._excepthook = sys.excepthook
+        sys.excepthook = self._on_uncaught
+        atexit.register(self.wait)
+        threading.Thread(target=self._watch, name="agnostic-workers", daemon=True).start()
+
+    def _failed(self):
+        for rank, process in self.processes.items():
+            code = process.poll()
+            if code not in (None, 0):
+                return rank, code
+        return None
+
+    def _watch(self):
+        while True:
+            failure = self._failed()
+            if failure:
+                rank, code = failure
+                logger.error(
+                    "agnostic: worker process %d (rank %d of %d) exited with status %s; "
+                    "stopping the others.", self.processes[rank].pid, rank,
+                    len(self.processes) + 1, code,
+                )
+                self.stop()
+                sys.stderr.flush()
+                os._exit(code if 0 < code < 256 else 1)
+            if all(p.poll() is not None for p in self.processes.values()):
+                return
+            time.sleep(POLL_SECONDS)
+
+    def _on_uncaught(self, kind, value, traceback):
+        self._crashed = True
+        self._excepthook(kind, value, traceback)
+
+    def stop(self):
+        """Ends every worker still running: SIGTERM, then SIGKILL."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + GRACE_SECONDS
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def wait(self):
+        """At rank 0's exit: wait for the workers, exit with their status."""
+        if self._crashed:
+            self.stop()
+            return
+        for process in self.processes.values():
+            while process.poll() is None:
+                time.sleep(POLL_SECONDS)
+        failure = self._failed()
+        if failure:
+            sys.stderr.flush()
+            os._exit(failure[1] if 0 < failure[1] < 256 else 1)

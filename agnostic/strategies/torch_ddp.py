@@ -1,0 +1,224 @@
+"""torch-ddp: one process per device, gradients averaged across processes.
+
+Keras 3.15 has no multi-device `fit` on torch, so this strategy supplies the
+data-parallel parts around Keras's own training loop: the same initial weights
+everywhere (broadcast from rank 0), a shard of each global batch per process,
+gradients summed across processes in buckets before the optimizer step, and
+metrics aggregated over all processes. Only the chief prints or writes files.
+"""
+import datetime
+
+from agnostic import batching, sharding
+from agnostic.launch import environment, local
+from agnostic.strategies import base
+
+BUCKET_BYTES = 25 * 1024 * 1024
+SAVING_METHODS = ("save", "save_weights", "export")
+QUIET_CALLBACKS = ("CSVLogger", "TensorBoard", "ProgbarLogger")
+
+
+class TorchDDPStrategy(base.Strategy):
+    name = "torch-ddp"
+
+    def compile(self, template, compile_kwargs):
+        import torch
+        import torch.distributed as dist
+
+        group = environment.from_environment()
+        if group is None:
+            group = local.Workers(self.plan.num_processes).group
+        if not dist.is_initialized():
+            on_gpu = torch.cuda.is_available()
+            if on_gpu:
+                torch.cuda.set_device(group.local_rank)
+            dist.init_process_group(
+                "nccl" if on_gpu else "gloo", init_method=group.address,
+                rank=group.rank, world_size=group.world_size,
+                timeout=datetime.timedelta(minutes=10),
+            )
+        template.compile(**compile_kwargs)
+        _broadcast([v.value for v in template.variables])
+        _average_gradients(template, group.world_size)
+        _aggregate_metrics(template)
+        _split_calls(template, group)
+        if not group.is_chief:
+            for method in SAVING_METHODS:
+                base.wrap_method(template, method, lambda original: _skip)
+        return template
+
+
+def _skip(*args, **kwargs):
+    return None
+
+
+def _buckets(tensors):
+    bucket, size = [], 0
+    for tensor in tensors:
+        bucket.append(tensor)
+        size += tensor.numel() * tensor.element_size()
+        if size >= BUCKET_BYTES:
+            yield bucket
+            bucket, size = [], 0
+    if bucket:
+        yield bucket
+
+
+def _flat(bucket):
+    import torch
+
+    return torch.cat([t.detach().reshape(-1) for t in bucket])
+
+
+def _unflatten_into(flat, bucket):
+    offset = 0
+    for tensor in bucket:
+        count = tensor.numel()
+        tensor.copy_(flat[offset:offset + count].view_as(tensor))
+        offset += count
+
+
+def _broadcast(tensors):
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for bucket in _buckets(tensors):
+            flat = _flat(bucket)
+            dist.broadcast(flat, src=0)
+            _unflatten_into(flat, bucket)
+
+
+def _all_reduce_sum(tensors):
+    import torch.distributed as dist
+
+    pending = []
+    for bucket in _buckets(tensors):
+        flat = _flat(bucket)
+        pending.append((dist.all_reduce(flat, async_op=True), flat, bucket))
+    for work, flat, bucket in pending:
+        work.wait()
+        _unflatten_into(flat, bucket)
+
+
+def _average_gradients(model, world_size):
+    """Before each optimizer step, every process gets the mean gradient."""
+
+    def wrapper(apply):
+        def run(gradients, variables=None):
+            present = [g for g in gradients if g is not None]
+            _all_reduce_sum(present)
+            for gradient in present:
+                gradient.div_(world_size)
+            return apply(gradients, variables)
+
+        return run
+
+    base.wrap_method(model.optimizer, "apply", wrapper)
+
+
+def _aggregate_metrics(model):
+    """Metric results over all processes' samples: the metrics' states (totals
+    and counts) are summed across processes, read, then put back."""
+    import torch
+
+    def wrapper(get_metrics_result):
+        def run():
+            variables = [v.value for m in model.metrics for v in m.variables]
+            with torch.no_grad():
+                kept = [v.detach().clone() for v in variables]
+                _all_reduce_sum(variables)
+                try:
+                    return get_metrics_result()
+                finally:
+                    for variable, value in zip(variables, kept):
+                        variable.copy_(value)
+
+        return run
+
+    base.wrap_method(model, "get_metrics_result", wrapper)
+
+
+def _split_calls(model, group):
+    """fit and evaluate train and test on this process's shard; every process
+    predicts everything; only the chief shows progress."""
+    rank, world = group.rank, group.world_size
+
+    def quiet(kwargs):
+        if not group.is_chief:
+            kwargs["verbose"] = 0
+            callbacks = kwargs.get("callbacks") or []
+            kwargs["callbacks"] = [c for c in callbacks
+                                   if type(c).__name__ not in QUIET_CALLBACKS]
+
+    def fit(original):
+        def run(x=None, y=None, batch_size=None, **kwargs):
+            batching.check_call("fit", original, world, (x, y), dict(kwargs, batch_size=batch_size))
+            split = kwargs.pop("validation_split", 0.0) or 0.0
+            if split and batching.num_samples(x) is not None:
+                x, y, kwargs["validation_data"] = _split_validation(x, y, kwargs, split)
+            x, y, kwargs = _shard_inputs("fit", x, y, batch_size, kwargs, rank, world)
+            validation = kwargs.get("validation_data")
+            if isinstance(validation, (list, tuple)) and validation:
+                val_batch = (kwargs.get("validation_batch_size") or batch_size
+                             or batching.DEFAULT_BATCH_SIZE)
+                val_x, rest = sharding.shard("fit (validation_data)", validation[0],
+                                             list(validation[1:]), val_batch, rank, world)
+                kwargs["validation_data"] = (val_x,) + tuple(rest)
+                kwargs["validation_batch_size"] = val_batch // world
+            quiet(kwargs)
+            return original(x, y, **kwargs)
+
+        return run
+
+    def evaluate(original):
+        def run(x=None, y=None, batch_size=None, **kwargs):
+            if kwargs.get("_use_cached_eval_dataset"):  # fit's own, already sharded
+                return original(x, y, batch_size=batch_size, **kwargs)
+            batching.check_call("evaluate", original, world, (x, y),
+                                dict(kwargs, batch_size=batch_size))
+            x, y, kwargs = _shard_inputs("evaluate", x, y, batch_size, kwargs, rank, world)
+            quiet(kwargs)
+            return original(x, y, **kwargs)
+
+        return run
+
+    def predict(original):
+        def run(*args, **kwargs):
+            quiet(kwargs)
+            return original(*args, **kwargs)
+
+        return run
+
+    base.wrap_method(model, "fit", fit)
+    base.wrap_method(model, "evaluate", evaluate)
+    base.wrap_method(model, "predict", predict)
+
+
+def _split_validation(x, y, kwargs, split):
+    """validation_split, done before sharding as Keras does it on one device."""
+    import math
+
+    samples = batching.num_samples(x)
+    cut = int(math.ceil(samples * (1.0 - split)))
+    head, tail = range(0, cut), range(cut, samples)
+    weights = kwargs.get("sample_weight")
+    validation = (sharding.take(x, list(tail)), sharding.take(y, list(tail)))
+    if weights is not None:
+        validation += (sharding.take(weights, list(tail)),)
+        kwargs["sample_weight"] = sharding.take(weights, list(head))
+    return sharding.take(x, list(head)), sharding.take(y, list(head)), validation
+
+
+def _shard_inputs(what, x, y, batch_size, kwargs, rank, world):
+    """This process's shard of x, y and sample_weight; sets its batch size."""
+    import keras
+
+    if isinstance(x, keras.utils.PyDataset):  # batches come from the dataset
+        return sharding.shard_py_dataset(x, rank, world), y, kwargs
+    batch_size = batch_size or batching.DEFAULT_BATCH_SIZE
+    weights = kwargs.get("sample_weight")
+    x, (y, weights) = sharding.shard(what, x, [y, weights], batch_size, rank, world)
+    if weights is not None:
+        kwargs["sample_weight"] = weights
+    kwargs["batch_size"] = batch_size // world
+    return x, y, kwargs

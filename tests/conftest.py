@@ -49,3 +49,19 @@ def run_python(code, env=None, timeout=300):
             f"subprocess failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
         )
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_script(path, *arguments, env=None, timeout=600):
+    """Runs a script as users do (`python path args`); returns the JSON of its
+    last stdout line, the whole stdout and stderr."""
+    environ = dict(os.environ, **(env or {}))
+    result = subprocess.run(
+        [sys.executable, path] + [str(a) for a in arguments], env=environ,
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"{path} failed ({result.returncode}):\n{result.stdout[-5000:]}\n{result.stderr[-5000:]}"
+        )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None, result.stdout, result.stderr

@@ -4,6 +4,8 @@ built outside any scope, trained with SGD and shuffle=False.
 Written once for Keras 3 and for Keras 2.2 (keras-mxnet), whose names differ
 in a few places: those differences live here.
 """
+import os
+
 import numpy as np
 
 SAMPLES = 96
@@ -45,7 +47,7 @@ def accuracy(history):
 
 
 def model_file(keras, folder, name):
-    return str(folder / (name + (".keras" if is_keras3(keras) else ".h5")))
+    return os.path.join(str(folder), name + (".keras" if is_keras3(keras) else ".h5"))
 
 
 def data(samples=SAMPLES):

@@ -21,4 +21,5 @@ def test_digits_example_reaches_90_percent(devices):
     assert f"on {devices} device(s)" in result.stdout
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", result.stdout).group(1))
     assert accuracy >= 0.9
-    assert result.stdout.count("test accuracy") == 1
+    assert result.stdout.count("test accuracy") == 1  # one result
+    assert result.stdout.count("Epoch 1/") == 1  # one progress display

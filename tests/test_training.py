@@ -1,34 +1,22 @@
 """Shared behaviour, run by every engine's tox environment: N replicas train
 exactly like one device, the template holds the trained weights, fallbacks
-warn, and bad requests fail before anything is built."""
-import logging
+warn, and bad requests fail before anything is built.
+
+Training on several devices runs tests/scripts/scenario.py as a user runs a
+script, so that strategies that start processes do so for real."""
 import os
-import warnings
 
 import numpy as np
 import pytest
 
 from tests import models
-from tests.conftest import cpu_devices, engine_or_skip, run_python
+from tests.conftest import cpu_devices, engine_or_skip, run_python, run_script
 
 keras = engine_or_skip()
 
 import agnostic  # noqa: E402  (after the engine check)
 
-
-def sgd():
-    return models.sgd(keras)
-
-
-@pytest.fixture(scope="module")
-def single_device_run():
-    x, y = models.data()
-    model = models.build(keras)
-    initial = model.get_weights()
-    model.compile(optimizer=sgd(), **models.COMPILE)
-    history = model.fit(x, y, batch_size=models.BATCH, epochs=models.EPOCHS,
-                        shuffle=False, verbose=0).history
-    return initial, model.get_weights(), history
+SCENARIO = os.path.join("tests", "scripts", "scenario.py")
 
 
 def test_the_simulated_devices_are_there():
@@ -39,55 +27,32 @@ def test_the_simulated_devices_are_there():
 
 
 @pytest.mark.parametrize("replicas", [2, 4])
-def test_replicas_train_like_one_device(single_device_run, replicas):
-    initial, expected, expected_history = single_device_run
-    x, y = models.data()
-    template = models.build(keras, seed_value=99)  # different init, then overwritten
-    template.set_weights(initial)
-    model = agnostic.backend_agnostic_compile(template, optimizer=sgd(),
-                                              gpus=replicas, **models.COMPILE)
-    history = model.fit(x, y, batch_size=models.BATCH, epochs=models.EPOCHS,
-                        shuffle=False, verbose=0).history
-    assert models.relative_difference(expected, model.get_weights()) < 1e-5
+def test_replicas_train_like_one_device(replicas, tmp_path):
+    result, _, stderr = run_script(SCENARIO, "equivalence", replicas, tmp_path)
+    assert result["num_replicas"] == replicas
+    assert result["strategy"] == agnostic.resolve(gpus=replicas).strategy
+    assert result["model_vs_reference"] < 1e-5
     # The template holds the trained weights after fit, as with multi_gpu_model.
-    assert models.relative_difference(expected, template.get_weights()) < 1e-5
-    assert models.relative_difference(initial, model.get_weights()) > 1e-3
-    np.testing.assert_allclose(history["loss"], expected_history["loss"], atol=1e-3)
-    np.testing.assert_allclose(models.accuracy(history), models.accuracy(expected_history),
-                               atol=1e-3)
+    assert result["template_vs_reference"] < 1e-5
+    assert result["moved"] > 1e-3
+    np.testing.assert_allclose(*result["loss"], atol=1e-3)
+    np.testing.assert_allclose(*result["accuracy"], atol=1e-3)
+    np.testing.assert_allclose(*result["evaluate"], atol=1e-5)
+    assert result["predict"] < 1e-5
+    assert result["loaded"]["template"] < 1e-6 and result["loaded"]["model"] < 1e-6
+    # The plan is logged once, by one process.
+    assert len(result["logs"]) == 1 and f"replicas={replicas}" in result["logs"][0]
+    assert stderr.count("agnostic plan:") <= 1
 
 
-def test_returned_model_evaluates_and_predicts_like_the_template(tmp_path):
-    x, y = models.data()
-    template = models.build(keras)
-    model = agnostic.backend_agnostic_compile(template, optimizer=sgd(), gpus=2,
-                                              **models.COMPILE)
-    model.fit(x, y, batch_size=models.BATCH, epochs=1, shuffle=False, verbose=0)
-    np.testing.assert_allclose(model.predict(x, batch_size=32, verbose=0),
-                               template.predict(x, batch_size=32, verbose=0), atol=1e-5)
-    template.compile(optimizer=sgd(), **models.COMPILE)
-    expected = template.evaluate(x, y, batch_size=32, verbose=0)
-    np.testing.assert_allclose(model.evaluate(x, y, batch_size=32, verbose=0),
-                               expected, atol=1e-5)
-    for name, saved in (("template", template), ("model", model)):
-        path = models.model_file(keras, tmp_path, name)
-        saved.save(path)
-        loaded = keras.models.load_model(path)
-        assert models.relative_difference(template.get_weights(), loaded.get_weights()) < 1e-6
-
-
-def test_batch_that_cannot_be_split_fails_before_training():
-    x, y = models.data(101)
-    template = models.build(keras)
-    before = template.get_weights()
-    model = agnostic.backend_agnostic_compile(template, optimizer=sgd(), gpus=2,
-                                              **models.COMPILE)
-    with pytest.raises(agnostic.BatchSplitError, match="last batch of 5 samples"):
-        model.fit(x, y, batch_size=16, epochs=1, verbose=0)
-    with pytest.raises(agnostic.BatchSplitError, match="not a multiple of 4"):
-        agnostic.backend_agnostic_compile(models.build(keras), optimizer=sgd(), gpus=4,
-                                          **models.COMPILE).fit(x[:96], y[:96], batch_size=18)
-    assert models.relative_difference(before, model.get_weights()) == 0.0
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_batch_that_cannot_be_split_fails_before_training(replicas, tmp_path):
+    result, _, _ = run_script(SCENARIO, "split", replicas, tmp_path)
+    first, second = result["errors"]
+    assert "101 samples with batch_size=16 leave a last batch of 5 samples" in first
+    assert f"cannot be split evenly over {replicas} replicas" in first
+    assert f"batch_size={8 * replicas + 1} is the global batch, split over {replicas} replicas" in second
+    assert result["unchanged"] == 0.0
 
 
 @pytest.mark.parametrize("gpus, message", [
@@ -104,13 +69,13 @@ def test_bad_gpus_fail_before_anything_is_built(gpus, message):
     assert not getattr(template, "compiled", False)  # nothing was compiled
 
 
-def test_plan_is_logged_once(caplog):
-    with caplog.at_level(logging.INFO, logger="agnostic"):
-        agnostic.backend_agnostic_compile(models.build(keras), optimizer="sgd",
-                                          gpus=2, loss="mse")
-    records = [r for r in caplog.records if r.name == "agnostic"]
-    assert len(records) == 1
-    assert "replicas=2" in records[0].getMessage()
+def test_bad_arguments_fail_before_anything_is_built():
+    with pytest.raises(TypeError, match=r"expects a Keras model .* Received: model='model'"):
+        agnostic.backend_agnostic_compile("model", loss="mse")
+    template = models.build(keras)
+    with pytest.raises(TypeError, match=r"`cpu_merge` must be True or False"):
+        agnostic.backend_agnostic_compile(template, loss="mse", cpu_merge="yes")
+    assert not getattr(template, "compiled", False)
 
 
 FALLBACK = """
@@ -156,19 +121,19 @@ def test_cpu_devices_apply_whatever_the_script_imports_first():
 def test_one_chosen_device_that_is_not_the_first_is_used():
     x, y = models.data()
     reference = models.build(keras)
-    reference.compile(optimizer=sgd(), **models.COMPILE)
+    reference.compile(optimizer=models.sgd(keras), **models.COMPILE)
     reference.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
     plan = agnostic.resolve(gpus=[2])
     assert plan.strategy == "single-device"
     assert plan.devices == agnostic.resolve().devices[2:3]
     template = models.build(keras)
-    model = agnostic.backend_agnostic_compile(template, optimizer=sgd(), gpus=[2],
-                                              **models.COMPILE)
+    model = agnostic.backend_agnostic_compile(template, optimizer=models.sgd(keras),
+                                              gpus=[2], **models.COMPILE)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
     assert models.relative_difference(reference.get_weights(), template.get_weights()) < 1e-5
-    if models.is_keras3(keras):
-        # Keras 2.2 on MXNet maps every cpu(i) context to cpu(0), so only
-        # Keras 3 engines can show where the weights live.
+    if os.environ.get("KERAS_BACKEND") in ("tensorflow", "jax"):
+        # Keras 2.2 on MXNet maps every cpu(i) context to cpu(0), and torch
+        # has one CPU device: only TensorFlow and JAX show where weights live.
         wanted = plan.devices[0].split("device:")[-1].lower()  # "cpu:2"
         for weight in model.weights:
             found = {name.split("device:")[-1].lower() for name in models.devices_of(weight)}

@@ -23,6 +23,27 @@ from agnostic.launch.environment import ProcessGroup
 logger = logging.getLogger("agnostic")
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 10
+# After rank 0 ends, how long the workers (which run the same script in step
+# with it) may take to end before they are stopped as hung.
+EXIT_WAIT_SECONDS = 120
+
+_launched = []  # the Workers this process started: one group per process
+
+
+def launch(world_size):
+    """Starts ranks 1..N-1 once per process; a second model joins that group."""
+    if _launched:
+        group = _launched[0].group
+        if group.world_size != world_size:
+            raise errors.LaunchError(
+                f"This process already leads a group of {group.world_size} processes, "
+                f"and a process can belong to one group; this call asks for "
+                f"{world_size}. Use the same number of devices for every model "
+                "of a script."
+            )
+        return group
+    _launched.append(Workers(world_size))
+    return _launched[0].group
 
 
 def script_command():
@@ -89,16 +110,19 @@ class Workers:
                 return rank, code
         return None
 
+    def _report(self, failure):
+        rank, code = failure
+        logger.error(
+            "agnostic: worker process %d (rank %d of %d) exited with status %s; "
+            "stopping the others.", self.processes[rank].pid, rank,
+            len(self.processes) + 1, code,
+        )
+
     def _watch(self):
         while True:
             failure = self._failed()
             if failure:
-                rank, code = failure
-                logger.error(
-                    "agnostic: worker process %d (rank %d of %d) exited with status %s; "
-                    "stopping the others.", self.processes[rank].pid, rank,
-                    len(self.processes) + 1, code,
-                )
+                self._report(failure)
                 self.stop()
                 sys.stderr.flush()
                 os._exit(code if 0 < code < 256 else 1)
@@ -126,11 +150,28 @@ class Workers:
     def wait(self):
         """At rank 0's exit: wait for the workers, exit with their status."""
         if self._crashed:
+            # Rank 0 failed, often because a worker died under a collective:
+            # name that worker if so, then stop the rest.
+            deadline = time.monotonic() + 1.0
+            while not self._failed() and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS / 4)
+            if self._failed():
+                self._report(self._failed())
             self.stop()
             return
-        for process in self.processes.values():
-            while process.poll() is None:
-                time.sleep(POLL_SECONDS)
+        deadline = time.monotonic() + EXIT_WAIT_SECONDS
+        while any(p.poll() is None for p in self.processes.values()):
+            if time.monotonic() > deadline:
+                logger.error(
+                    "agnostic: rank 0 has ended, but worker processes are still "
+                    "running %d s later; stopping them. Every process must run "
+                    "the same calls (fit, evaluate) for the group to stay in step.",
+                    EXIT_WAIT_SECONDS,
+                )
+                self.stop()
+                sys.stderr.flush()
+                os._exit(1)
+            time.sleep(POLL_SECONDS)
         failure = self._failed()
         if failure:
             sys.stderr.flush()

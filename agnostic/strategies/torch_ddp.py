@@ -26,7 +26,7 @@ class TorchDDPStrategy(base.Strategy):
 
         group = environment.from_environment()
         if group is None:
-            group = local.Workers(self.plan.num_processes).group
+            group = local.launch(self.plan.num_processes)
         if not dist.is_initialized():
             on_gpu = torch.cuda.is_available()
             if on_gpu:

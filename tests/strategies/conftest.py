@@ -5,6 +5,7 @@ ENGINE_TESTS = {
     "tensorflow": "test_tf_mirrored.py",
     "jax": "test_jax_data_parallel.py",
     "mxnet": "test_mxnet_context.py",
+    "torch": "test_torch_ddp.py",
 }
 collect_ignore = [
     name for engine, name in ENGINE_TESTS.items()

@@ -1,0 +1,98 @@
+"""Shared training scenarios, run as a user runs a script (`python file.py`),
+so that strategies which start processes (torch-ddp) run for real.
+
+Usage: scenario.py NAME REPLICAS FOLDER. The chief prints one JSON line.
+"""
+import json
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import agnostic  # noqa: E402
+from tests import models  # noqa: E402
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def equivalence(replicas, folder):
+    x, y = models.data()
+    reference = models.build(keras)
+    initial = reference.get_weights()
+    reference.compile(optimizer=models.sgd(keras), **models.COMPILE)
+    expected = reference.fit(x, y, batch_size=models.BATCH, epochs=models.EPOCHS,
+                             shuffle=False, verbose=0).history
+    template = models.build(keras, seed_value=99)  # other weights, then the same
+    template.set_weights(initial)
+    records = Records()
+    logging.getLogger("agnostic").addHandler(records)
+    logging.getLogger("agnostic").setLevel(logging.INFO)
+    model = agnostic.backend_agnostic_compile(template, optimizer=models.sgd(keras),
+                                              gpus=replicas, **models.COMPILE)
+    history = model.fit(x, y, batch_size=models.BATCH, epochs=models.EPOCHS,
+                        shuffle=False, verbose=0).history
+    evaluation = model.evaluate(x, y, batch_size=32, verbose=0)
+    predictions = model.predict(x, batch_size=32, verbose=0)
+    for name, saved in (("template", template), ("model", model)):
+        saved.save(models.model_file(keras, folder, name))
+    plan = agnostic.resolve(gpus=replicas)
+    if plan.process_id != 0:
+        return None
+    loaded = {
+        name: models.relative_difference(
+            template.get_weights(),
+            keras.models.load_model(models.model_file(keras, folder, name)).get_weights())
+        for name in ("template", "model")
+    }
+    return {
+        "strategy": plan.strategy,
+        "num_replicas": plan.num_replicas,
+        "model_vs_reference": models.relative_difference(reference.get_weights(),
+                                                         model.get_weights()),
+        "template_vs_reference": models.relative_difference(reference.get_weights(),
+                                                            template.get_weights()),
+        "moved": models.relative_difference(initial, model.get_weights()),
+        "loss": [history["loss"], expected["loss"]],
+        "accuracy": [models.accuracy(history), models.accuracy(expected)],
+        "evaluate": [list(map(float, evaluation)),
+                     list(map(float, reference.evaluate(x, y, batch_size=32, verbose=0)))],
+        "predict": float(np.abs(predictions - reference.predict(x, batch_size=32, verbose=0)).max()),
+        "loaded": loaded,
+        "logs": records.messages,
+    }
+
+
+def split(replicas, folder):
+    x, y = models.data(101)
+    template = models.build(keras)
+    before = template.get_weights()
+    model = agnostic.backend_agnostic_compile(template, optimizer=models.sgd(keras),
+                                              gpus=replicas, **models.COMPILE)
+    messages = []
+    for samples, batch_size in ((101, 16), (96, 8 * replicas + 1)):
+        try:
+            model.fit(x[:samples], y[:samples], batch_size=batch_size, epochs=1, verbose=0)
+        except agnostic.BatchSplitError as error:
+            messages.append(str(error))
+    if agnostic.resolve(gpus=replicas).process_id != 0:
+        return None
+    return {"errors": messages,
+            "unchanged": models.relative_difference(before, model.get_weights())}
+
+
+if __name__ == "__main__":
+    name, replicas, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    result = {"equivalence": equivalence, "split": split}[name](replicas, folder)
+    if result is not None:
+        print(json.dumps(result))

@@ -1,0 +1,146 @@
+"""torch-ddp with real processes (gloo on CPU) and real signals."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, engine_or_skip, run_script
+
+keras = engine_or_skip()
+torch = pytest.importorskip("torch")
+
+from agnostic.strategies import torch_ddp  # noqa: E402
+
+SCRIPT = os.path.join("tests", "scripts", "torch_process.py")
+SCENARIO = os.path.join("tests", "scripts", "scenario.py")
+BOUND_SECONDS = 60
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def pids(folder):
+    return [int(open(os.path.join(folder, name)).read())
+            for name in os.listdir(folder) if name.startswith("pid_")]
+
+
+def start(mode, folder):
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, mode, str(folder)], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def wait_for(path, process, seconds=180):
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+def finish(process, folder):
+    """Waits for the launcher; checks the bound and that nothing is left."""
+    began = time.monotonic()
+    try:
+        stdout, stderr = process.communicate(timeout=BOUND_SECONDS + 30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    elapsed = time.monotonic() - began
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids(folder)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in pids(folder) if alive(pid)]
+    return process.returncode, stdout, stderr, elapsed, left
+
+
+@pytest.mark.parametrize("mode, status", [("raise", "status 1"), ("sigkill", "status -9")])
+def test_a_failing_worker_ends_every_process(mode, status, tmp_path):
+    process = start(mode, tmp_path)
+    code, _, stderr, elapsed, left = finish(process, tmp_path)
+    assert code != 0
+    assert elapsed < BOUND_SECONDS
+    assert left == []
+    assert len(pids(tmp_path)) == 2
+    assert f"(rank 1 of 2) exited with {status}" in stderr
+    if mode == "raise":  # the failing worker's traceback is shown
+        assert "RuntimeError: worker failure in rank 1" in stderr
+
+
+@pytest.mark.parametrize("target", ["group", "launcher"])
+def test_ctrl_c_stops_every_process(target, tmp_path):
+    process = start("wait", tmp_path)
+    wait_for(tmp_path / "started", process)
+    if target == "group":  # what a terminal does
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        os.kill(process.pid, signal.SIGINT)
+    code, _, stderr, elapsed, left = finish(process, tmp_path)
+    assert code != 0
+    assert elapsed < BOUND_SECONDS
+    assert left == []
+    assert "KeyboardInterrupt" in stderr
+
+
+def test_killing_the_launcher_leaves_no_worker(tmp_path):
+    process = start("wait", tmp_path)
+    wait_for(tmp_path / "started", process)
+    os.kill(process.pid, signal.SIGKILL)
+    code, _, _, _, left = finish(process, tmp_path)
+    assert code == -signal.SIGKILL
+    assert left == []
+
+
+def test_only_the_chief_writes_files(tmp_path):
+    result, stdout, _ = run_script(SCRIPT, "files", tmp_path)
+    saved = result["saved"]
+    assert "rank_0.weights.h5" in saved and "rank_1.weights.h5" not in saved
+    assert {"epoch_1.keras", "epoch_2.keras", "log.csv"} <= set(saved)
+    rows = open(tmp_path / "log.csv").read().strip().splitlines()
+    assert rows[0].startswith("epoch") and len(rows) == 3  # one writer, no clobbering
+    assert stdout.count("{") == 1  # one result printed
+
+
+def test_validation_split_and_pydataset_train_like_one_device(tmp_path):
+    result, _, _ = run_script(SCRIPT, "inputs", tmp_path)
+    assert result["validation_split"] < 1e-5
+    np.testing.assert_allclose(*result["loss"], atol=1e-3)
+    np.testing.assert_allclose(*result["val_loss"], atol=1e-3)  # over all the data
+    assert result["pydataset"] < 1e-5
+
+
+def test_joins_a_group_started_by_torchrun(tmp_path):
+    from agnostic.launch.local import free_port
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", str(free_port()), SCENARIO, "equivalence", "2", str(tmp_path)]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-5000:]
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1  # only the chief prints
+    result = json.loads(lines[0])
+    assert result["strategy"] == "torch-ddp"
+    assert result["model_vs_reference"] < 1e-5
+    np.testing.assert_allclose(*result["loss"], atol=1e-3)
+
+
+def test_gradients_are_reduced_in_buckets(monkeypatch):
+    tensors = [torch.zeros(1000) for _ in range(10)]  # 4 kB each
+    monkeypatch.setattr(torch_ddp, "BUCKET_BYTES", 10_000)
+    buckets = list(torch_ddp._buckets(tensors))
+    assert [len(b) for b in buckets] == [3, 3, 3, 1]
+    flat = torch_ddp._flat(buckets[0])
+    flat += 1
+    torch_ddp._unflatten_into(flat, buckets[0])
+    assert all(float(t.sum()) == 1000.0 for t in buckets[0])

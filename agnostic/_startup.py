@@ -1,11 +1,15 @@
-"""AGNOSTIC_CPU_DEVICES=N: split the host CPU into N devices for each engine.
+"""Engine set-up that must happen as the engine is imported, before the
+script builds a model:
 
-The split must happen after the engine is imported and before it starts its
-runtime, and a user's script may import the engine first; so `install()` puts a
-hook on the import of each engine. The package's .pth file calls it at
-interpreter start when the variable is set; `import agnostic` calls it too.
+- AGNOSTIC_CPU_DEVICES=N: split the host CPU into N devices (TensorFlow, JAX);
+- LOCAL_RANK (torchrun, or agnostic's own workers): this torch process's GPU.
+
+A user's script may import the engine first, so `install()` puts a hook on the
+import of each engine. The package's .pth file calls it at interpreter start
+when either variable is set; `import agnostic` calls it too.
 """
 import importlib.abc
+import os
 import sys
 import warnings
 
@@ -27,10 +31,19 @@ def _split_jax(jax, count):
         jax.config.update("jax_num_cpu_devices", count)
 
 
+def _pin_torch(torch, local_rank):
+    # Keras on torch puts variables on the current CUDA device.
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+
+
 SPLITTERS = {"tensorflow": _split_tensorflow, "jax": _split_jax}
 
 
 def _apply(name, module, count):
+    if name == "torch":
+        _pin_torch(module, count)
+        return
     try:
         SPLITTERS[name](module, count)
     except (RuntimeError, ValueError) as error:
@@ -47,9 +60,9 @@ def _apply(name, module, count):
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs a splitter right after its engine's top module has executed."""
 
-    def __init__(self, count):
-        self.count = count
-        self.pending = set(SPLITTERS)
+    def __init__(self, values):
+        self.values = values  # engine module name -> the number its set-up takes
+        self.pending = set(values)
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.pending:
@@ -67,23 +80,31 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             execute(module)
-            _apply(name, module, self.count)
+            _apply(name, module, self.values[name])
 
         spec.loader.exec_module = exec_module
         return spec
 
 
 def install():
-    """Arranges the split for every engine; safe to call more than once."""
+    """Arranges the set-up for every engine; safe to call more than once."""
+    if any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        return
+    values = {}
     try:
         count = devices_lib.requested_cpu_devices()
     except errors.DeviceRequestError:
-        return  # resolve() raises it with the full message
-    if count < 2 or any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        count = 0  # resolve() raises it with the full message
+    if count >= 2:
+        values.update((name, count) for name in SPLITTERS)
+    local_rank = os.environ.get("LOCAL_RANK", "")
+    if local_rank.isdigit():
+        values["torch"] = int(local_rank)
+    if not values:
         return
-    hook = _AfterImport(count)
-    for name in SPLITTERS:
+    hook = _AfterImport(values)
+    for name in values:
         if name in sys.modules:
             hook.pending.discard(name)
-            _apply(name, sys.modules[name], count)
+            _apply(name, sys.modules[name], values[name])
     sys.meta_path.insert(0, hook)

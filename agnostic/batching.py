@@ -55,15 +55,27 @@ def check_split(what, samples, batch_size, num_replicas):
         )
 
 
+def named_arguments(function, args, kwargs):
+    """The call's arguments by name (positional ones too), or None when they
+    do not fit `function` (Keras then reports the wrong call itself)."""
+    signature = inspect.signature(function)
+    try:
+        named = dict(signature.bind(*args, **kwargs).arguments)
+    except TypeError:
+        return None
+    for name, parameter in signature.parameters.items():
+        if parameter.kind is parameter.VAR_KEYWORD and name in named:
+            named.update(named.pop(name))
+    return named
+
+
 def check_call(method, function, num_replicas, args, kwargs):
     """Checks the batches of a fit/evaluate/predict/*_on_batch call."""
     if num_replicas < 2:
         return
-    try:
-        bound = inspect.signature(function).bind(*args, **kwargs)
-    except TypeError:
-        return  # Keras itself reports the wrong call
-    given = bound.arguments
+    given = named_arguments(function, args, kwargs)
+    if given is None:
+        return
     x = given.get("x")
     samples = num_samples(x)
     if method.endswith("_on_batch"):

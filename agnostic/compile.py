@@ -27,7 +27,8 @@ def backend_agnostic_compile(
         cpu_merge: TensorFlow: reduce gradients on the CPU (the legacy
             `multi_gpu_model` merge); False uses the engine's fastest
             all-reduce (NCCL on GPUs).
-        cpu_relocation: TensorFlow: keep the model's variables on the CPU.
+        cpu_relocation: Accepted for multi_gpu_model compatibility; see the
+            README for why it changes nothing under MirroredStrategy.
         **compile_kwargs: Passed on to `compile`.
 
     Returns:

@@ -30,8 +30,10 @@ EXIT_WAIT_SECONDS = 120
 _launched = []  # the Workers this process started: one group per process
 
 
-def launch(world_size):
-    """Starts ranks 1..N-1 once per process; a second model joins that group."""
+def launch(world_size, local_ranks=None):
+    """Starts ranks 1..N-1 once per process; a second model joins that group.
+
+    `local_ranks[r]` is the device index rank r uses (its LOCAL_RANK)."""
     if _launched:
         group = _launched[0].group
         if group.world_size != world_size:
@@ -42,7 +44,7 @@ def launch(world_size):
                 "of a script."
             )
         return group
-    _launched.append(Workers(world_size))
+    _launched.append(Workers(world_size, local_ranks))
     return _launched[0].group
 
 
@@ -81,14 +83,15 @@ def _die_with_parent():
 class Workers:
     """Ranks 1..N-1, started and watched by rank 0."""
 
-    def __init__(self, world_size, extra_environment=None):
-        self.group = ProcessGroup(0, world_size, 0, "127.0.0.1", free_port())
+    def __init__(self, world_size, local_ranks=None):
+        local_ranks = local_ranks or list(range(world_size))
+        self.group = ProcessGroup(0, world_size, local_ranks[0], "127.0.0.1", free_port())
         command = script_command()
         self.processes = {}
         for rank in range(1, world_size):
-            environment = dict(os.environ, **(extra_environment or {}))
+            environment = dict(os.environ)
             environment.update(
-                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                RANK=str(rank), LOCAL_RANK=str(local_ranks[rank]), WORLD_SIZE=str(world_size),
                 MASTER_ADDR=self.group.master_addr, MASTER_PORT=str(self.group.master_port),
                 # Only the chief prints; the workers' errors still reach stderr.
                 PYTHONWARNINGS="ignore",

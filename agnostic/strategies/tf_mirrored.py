@@ -18,27 +18,10 @@ class TFMirroredStrategy(base.Strategy):
         )
 
     def compile(self, template, compile_kwargs):
-        import tensorflow as tf
-
-        strategy = self.distribution()
-        scope = strategy.scope()
-        if self.cpu_relocation:
-            scope = _Both(tf.device("/cpu:0"), scope)
-        model = base.build_replica_model(template, scope, compile_kwargs)
+        # cpu_relocation needs nothing here: the replicas are built from the
+        # template inside the strategy, which keeps one copy per device.
+        model = base.build_replica_model(
+            template, self.distribution().scope(), compile_kwargs
+        )
         base.keep_template_in_sync(model, template, self.plan.num_replicas)
         return model
-
-
-class _Both:
-    def __init__(self, outer, inner):
-        self.outer, self.inner = outer, inner
-
-    def __enter__(self):
-        self.outer.__enter__()
-        return self.inner.__enter__()
-
-    def __exit__(self, *exc):
-        try:
-            return self.inner.__exit__(*exc)
-        finally:
-            self.outer.__exit__(*exc)

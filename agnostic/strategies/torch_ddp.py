@@ -7,11 +7,14 @@ gradients summed across processes in buckets before the optimizer step, and
 metrics aggregated over all processes. Only the chief prints or writes files.
 """
 import datetime
+import inspect
+import logging
 
-from agnostic import batching, sharding
+from agnostic import batching, errors, sharding
 from agnostic.launch import environment, local
 from agnostic.strategies import base
 
+logger = logging.getLogger("agnostic")
 BUCKET_BYTES = 25 * 1024 * 1024
 SAVING_METHODS = ("save", "save_weights", "export")
 QUIET_CALLBACKS = ("CSVLogger", "TensorBoard", "ProgbarLogger")
@@ -26,7 +29,7 @@ class TorchDDPStrategy(base.Strategy):
 
         group = environment.from_environment()
         if group is None:
-            group = local.launch(self.plan.num_processes)
+            group = local.launch(self.plan.num_processes, _device_indexes(self.plan))
         if not dist.is_initialized():
             on_gpu = torch.cuda.is_available()
             if on_gpu:
@@ -38,13 +41,45 @@ class TorchDDPStrategy(base.Strategy):
             )
         template.compile(**compile_kwargs)
         _broadcast([v.value for v in template.variables])
-        _average_gradients(template, group.world_size)
+        if keras_averages_gradients():
+            logger.info("agnostic: this Keras trains under DistributedDataParallel itself; "
+                        "its gradient averaging is used.")
+        else:
+            _average_gradients(template, group.world_size)
         _aggregate_metrics(template)
         _split_calls(template, group)
         if not group.is_chief:
             for method in SAVING_METHODS:
                 base.wrap_method(template, method, lambda original: _skip)
         return template
+
+
+def _device_indexes(plan):
+    """The CUDA index of each rank's device; the rank itself on CPU."""
+    if not plan.devices[0].startswith("cuda"):
+        return list(range(plan.num_processes))
+    indexes = [int(device.split(":")[1]) for device in plan.devices]
+    if indexes[0] != 0:
+        # This process is rank 0 and its model is already on cuda:0.
+        raise errors.LaunchError(
+            f"torch-ddp on {', '.join(plan.devices)}: the process that calls "
+            "backend_agnostic_compile becomes rank 0, and its model was built on "
+            "cuda:0 before the call. Include device 0 first in `gpus`, or choose "
+            "the GPUs with CUDA_VISIBLE_DEVICES (e.g. CUDA_VISIBLE_DEVICES=2,3) "
+            "and pass gpus=None."
+        )
+    return indexes
+
+
+def keras_averages_gradients():
+    """Whether the installed Keras wraps the model in DistributedDataParallel
+    on its own (Keras after 3.15 does once torch.distributed is initialised)."""
+    from keras.src.backend.torch import trainer
+
+    try:
+        return "DistributedDataParallel" in inspect.getsource(trainer)
+    except (OSError, TypeError):
+        return False
 
 
 def _skip(*args, **kwargs):
@@ -151,34 +186,40 @@ def _split_calls(model, group):
                                    if type(c).__name__ not in QUIET_CALLBACKS]
 
     def fit(original):
-        def run(x=None, y=None, batch_size=None, **kwargs):
-            batching.check_call("fit", original, world, (x, y), dict(kwargs, batch_size=batch_size))
-            split = kwargs.pop("validation_split", 0.0) or 0.0
+        def run(*args, **kwargs):
+            given = batching.named_arguments(original, args, kwargs)
+            if given is None:
+                return original(*args, **kwargs)  # Keras reports the wrong call
+            batching.check_call("fit", original, world, (), given)
+            x, y = given.pop("x", None), given.pop("y", None)
+            split = given.pop("validation_split", 0.0) or 0.0
             if split and batching.num_samples(x) is not None:
-                x, y, kwargs["validation_data"] = _split_validation(x, y, kwargs, split)
-            x, y, kwargs = _shard_inputs("fit", x, y, batch_size, kwargs, rank, world)
-            validation = kwargs.get("validation_data")
+                x, y, given["validation_data"] = _split_validation(x, y, given, split)
+            batch_size = given.get("batch_size")
+            x, y, given = _shard_inputs("fit", x, y, given, rank, world)
+            validation = given.get("validation_data")
             if isinstance(validation, (list, tuple)) and validation:
-                val_batch = (kwargs.get("validation_batch_size") or batch_size
+                val_batch = (given.get("validation_batch_size") or batch_size
                              or batching.DEFAULT_BATCH_SIZE)
                 val_x, rest = sharding.shard("fit (validation_data)", validation[0],
                                              list(validation[1:]), val_batch, rank, world)
-                kwargs["validation_data"] = (val_x,) + tuple(rest)
-                kwargs["validation_batch_size"] = val_batch // world
-            quiet(kwargs)
-            return original(x, y, **kwargs)
+                given["validation_data"] = (val_x,) + tuple(rest)
+                given["validation_batch_size"] = val_batch // world
+            quiet(given)
+            return original(x, y, **given)
 
         return run
 
     def evaluate(original):
-        def run(x=None, y=None, batch_size=None, **kwargs):
-            if kwargs.get("_use_cached_eval_dataset"):  # fit's own, already sharded
-                return original(x, y, batch_size=batch_size, **kwargs)
-            batching.check_call("evaluate", original, world, (x, y),
-                                dict(kwargs, batch_size=batch_size))
-            x, y, kwargs = _shard_inputs("evaluate", x, y, batch_size, kwargs, rank, world)
-            quiet(kwargs)
-            return original(x, y, **kwargs)
+        def run(*args, **kwargs):
+            given = batching.named_arguments(original, args, kwargs)
+            if given is None or given.get("_use_cached_eval_dataset"):
+                return original(*args, **kwargs)  # fit's own data: already sharded
+            batching.check_call("evaluate", original, world, (), given)
+            x, y = given.pop("x", None), given.pop("y", None)
+            x, y, given = _shard_inputs("evaluate", x, y, given, rank, world)
+            quiet(given)
+            return original(x, y, **given)
 
         return run
 
@@ -209,16 +250,16 @@ def _split_validation(x, y, kwargs, split):
     return sharding.take(x, list(head)), sharding.take(y, list(head)), validation
 
 
-def _shard_inputs(what, x, y, batch_size, kwargs, rank, world):
+def _shard_inputs(what, x, y, given, rank, world):
     """This process's shard of x, y and sample_weight; sets its batch size."""
     import keras
 
     if isinstance(x, keras.utils.PyDataset):  # batches come from the dataset
-        return sharding.shard_py_dataset(x, rank, world), y, kwargs
-    batch_size = batch_size or batching.DEFAULT_BATCH_SIZE
-    weights = kwargs.get("sample_weight")
+        return sharding.shard_py_dataset(x, rank, world), y, given
+    batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
+    weights = given.get("sample_weight")
     x, (y, weights) = sharding.shard(what, x, [y, weights], batch_size, rank, world)
     if weights is not None:
-        kwargs["sample_weight"] = weights
-    kwargs["batch_size"] = batch_size // world
-    return x, y, kwargs
+        given["sample_weight"] = weights
+    given["batch_size"] = batch_size // world
+    return x, y, given

@@ -67,7 +67,7 @@ def main():
     elif MODE == "inputs":
         expected_model, expected = reference(x, y, batch_size=16, epochs=2,
                                              validation_split=0.25)
-        history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+        history = model.fit(x, y, 16, 2, shuffle=False, verbose=0,  # positional too
                             validation_split=0.25).history
         dataset_model, _ = reference(x, y, batch_size=16, epochs=1)
         second = models.build(keras)

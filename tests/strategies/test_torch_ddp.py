@@ -144,3 +144,9 @@ def test_gradients_are_reduced_in_buckets(monkeypatch):
     flat += 1
     torch_ddp._unflatten_into(flat, buckets[0])
     assert all(float(t.sum()) == 1000.0 for t in buckets[0])
+
+
+def test_keras_3_15_needs_our_gradient_averaging():
+    # Keras 3.15 has no DistributedDataParallel of its own: the probe says so,
+    # and the equivalence tests show that our averaging is what trains.
+    assert torch_ddp.keras_averages_gradients() is False

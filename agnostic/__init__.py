@@ -8,15 +8,19 @@ Example:
 Importing this package imports no engine.
 """
 from agnostic import _startup
+from agnostic.checkpoints import load_model
 from agnostic.compile import backend_agnostic_compile
 from agnostic.errors import (
     AgnosticError,
     BatchSplitError,
+    CheckpointError,
     CpuDevicesWarning,
     DeviceRequestError,
     EngineUnavailableError,
+    LaunchError,
     ModelCopyError,
     SingleDeviceWarning,
+    UnsupportedInputError,
 )
 from agnostic.plan import Plan, resolve
 
@@ -25,13 +29,17 @@ __version__ = "0.1.0"
 __all__ = [
     "AgnosticError",
     "BatchSplitError",
+    "CheckpointError",
     "CpuDevicesWarning",
     "DeviceRequestError",
     "EngineUnavailableError",
+    "LaunchError",
     "ModelCopyError",
     "Plan",
     "SingleDeviceWarning",
+    "UnsupportedInputError",
     "backend_agnostic_compile",
+    "load_model",
     "resolve",
 ]
 

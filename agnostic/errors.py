@@ -35,3 +35,7 @@ class LaunchError(AgnosticError, RuntimeError):
 
 class UnsupportedInputError(AgnosticError, ValueError):
     """A strategy cannot split this kind of input over its processes."""
+
+
+class CheckpointError(AgnosticError, OSError):
+    """A checkpoint file is missing, truncated or corrupt."""

@@ -55,6 +55,7 @@ def run_script(path, *arguments, env=None, timeout=600):
     """Runs a script as users do (`python path args`); returns the JSON of its
     last stdout line, the whole stdout and stderr."""
     environ = dict(os.environ, **(env or {}))
+    environ = {key: value for key, value in environ.items() if value is not None}
     result = subprocess.run(
         [sys.executable, path] + [str(a) for a in arguments], env=environ,
         capture_output=True, text=True, timeout=timeout, cwd=ROOT,

@@ -1,7 +1,7 @@
 """What every strategy shares: the interface and the replica-model helpers."""
 import functools
 
-from agnostic import batching, errors
+from agnostic import backup, batching, checkpoints, errors
 
 
 class Strategy:
@@ -65,17 +65,23 @@ def wrap_method(model, name, wrapper):
     setattr(model, name, functools.wraps(original)(wrapper(original)))
 
 
-def keep_template_in_sync(model, template, num_replicas, scope_factory=None):
-    """Checks batch splits before each call, and copies trained weights back.
+def wrap_returned_model(model, template, num_replicas, scope_factory=None):
+    """What every returned model does around Keras's own methods.
 
-    `fit` on the returned model leaves the trained weights in the template too,
-    as the legacy `multi_gpu_model` did, even when fit is interrupted.
+    Checks batch splits before each call; `fit` leaves the trained weights in
+    the template too, as the legacy `multi_gpu_model` did, even when fit is
+    interrupted, and swaps BackupAndRestore for the atomic one; files are
+    written atomically and loads name a broken file.
     """
     enter = scope_factory or _no_scope
 
     def fit(original):
         def run(*args, **kwargs):
             batching.check_call("fit", original, num_replicas, args, kwargs)
+            given = batching.named_arguments(original, args, kwargs)
+            if given is not None and given.get("callbacks"):
+                given["callbacks"] = backup.swap_callbacks(given["callbacks"])
+                args, kwargs = (), given
             try:
                 with enter():
                     return original(*args, **kwargs)
@@ -100,6 +106,24 @@ def keep_template_in_sync(model, template, num_replicas, scope_factory=None):
     for method_name in ("evaluate", "predict", "train_on_batch", "test_on_batch",
                         "predict_on_batch"):
         wrap_method(model, method_name, checked(method_name))
+    guard_files(model)
+
+
+def guard_files(model, is_chief=True):
+    """Atomic saves on the chief, none elsewhere; loads that name bad files."""
+    for name in ("save", "save_weights", "export"):
+        if hasattr(model, name):
+            if is_chief:
+                if name != "export":  # export writes a folder
+                    wrap_method(model, name, checkpoints.atomic)
+            else:
+                wrap_method(model, name, lambda original: _skip)
+    if hasattr(model, "load_weights"):
+        wrap_method(model, "load_weights", checkpoints.checked_load)
+
+
+def _skip(*args, **kwargs):
+    return None
 
 
 class _no_scope:

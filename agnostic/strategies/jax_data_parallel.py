@@ -12,7 +12,7 @@ class JaxDataParallelStrategy(base.Strategy):
         model = base.build_replica_model(template, distribution.scope(), compile_kwargs)
         # Keras shards each batch by the distribution active at call time, so
         # each call runs under this model's own one (several may coexist).
-        base.keep_template_in_sync(
+        base.wrap_returned_model(
             model, template, self.plan.num_replicas, scope_factory=distribution.scope
         )
         return model

@@ -21,5 +21,5 @@ class MxnetContextStrategy(base.Strategy):
         # store sums the contexts' gradients: N times the one-device gradient.
         # Rescaling by 1/N gives exactly the one-device step.
         template.optimizer.rescale_grad = 1.0 / self.plan.num_replicas
-        base.keep_template_in_sync(template, template, self.plan.num_replicas)
+        base.wrap_returned_model(template, template, self.plan.num_replicas)
         return template

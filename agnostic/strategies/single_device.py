@@ -13,13 +13,14 @@ class SingleDeviceStrategy(base.Strategy):
         if not replicated or device == listing.devices[0] or not listing.accelerators \
                 and replicated in plan_lib.PROCESS_PER_DEVICE:
             template.compile(**compile_kwargs)  # the default device (or the one CPU)
+            base.wrap_returned_model(template, template, 1)
             return template
         if replicated in plan_lib.PROCESS_PER_DEVICE:
             import keras
 
             # One process: the engine's device scope places the rebuilt model.
             model = base.build_replica_model(template, keras.device(device), compile_kwargs)
-            base.keep_template_in_sync(model, template, 1)
+            base.wrap_returned_model(model, template, 1)
             return model
         # Only the engine's own scope places a model on another device
         # (gpus=[2]): its strategy, over that one device, does it.

@@ -23,5 +23,5 @@ class TFMirroredStrategy(base.Strategy):
         model = base.build_replica_model(
             template, self.distribution().scope(), compile_kwargs
         )
-        base.keep_template_in_sync(model, template, self.plan.num_replicas)
+        base.wrap_returned_model(model, template, self.plan.num_replicas)
         return model

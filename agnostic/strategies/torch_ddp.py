@@ -10,13 +10,12 @@ import datetime
 import inspect
 import logging
 
-from agnostic import batching, errors, sharding
+from agnostic import backup, batching, errors, sharding
 from agnostic.launch import environment, local
 from agnostic.strategies import base
 
 logger = logging.getLogger("agnostic")
 BUCKET_BYTES = 25 * 1024 * 1024
-SAVING_METHODS = ("save", "save_weights", "export")
 QUIET_CALLBACKS = ("CSVLogger", "TensorBoard", "ProgbarLogger")
 
 
@@ -48,9 +47,7 @@ class TorchDDPStrategy(base.Strategy):
             _average_gradients(template, group.world_size)
         _aggregate_metrics(template)
         _split_calls(template, group)
-        if not group.is_chief:
-            for method in SAVING_METHODS:
-                base.wrap_method(template, method, lambda original: _skip)
+        base.guard_files(template, is_chief=group.is_chief)
         return template
 
 
@@ -80,10 +77,6 @@ def keras_averages_gradients():
         return "DistributedDataParallel" in inspect.getsource(trainer)
     except (OSError, TypeError):
         return False
-
-
-def _skip(*args, **kwargs):
-    return None
 
 
 def _buckets(tensors):
@@ -206,6 +199,8 @@ def _split_calls(model, group):
                 given["validation_data"] = (val_x,) + tuple(rest)
                 given["validation_batch_size"] = val_batch // world
             quiet(given)
+            if given.get("callbacks"):
+                given["callbacks"] = backup.swap_callbacks(given["callbacks"], group.is_chief)
             return original(x, y, **given)
 
         return run

@@ -1,0 +1,106 @@
+"""Saving and resuming, shared by every engine: unchanged Keras callbacks on
+several devices, files a plain single-device Keras loads, runs killed with
+SIGKILL that resume exactly, and broken files named in the error."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests import models
+from tests.conftest import ROOT, engine_or_skip, run_python, run_script
+
+keras = engine_or_skip()
+
+import agnostic  # noqa: E402
+
+SCRIPT = os.path.join("tests", "scripts", "checkpoints.py")
+KERAS3 = models.is_keras3(keras)
+
+LOAD_PLAINLY = """
+import json, numpy, keras
+x = numpy.load({x!r})
+model = keras.models.load_model({best!r})
+print(json.dumps(model.predict(x, batch_size=16, verbose=0).tolist()))
+"""
+
+
+def test_keras_callbacks_work_unchanged_on_several_devices(tmp_path):
+    result, _, _ = run_script(SCRIPT, "callbacks", 2, tmp_path)
+    assert result["epochs"] == [0, 1]  # EarlyStopping stopped every process
+    suffix = ".keras" if KERAS3 else ".h5"
+    weights = ".weights.h5" if KERAS3 else ".h5"
+    assert {"best" + suffix, "w1" + weights, "w2" + weights, "log.csv"} <= set(result["files"])
+    assert not [name for name in result["files"] if name.startswith(".agnostic-")]
+    rows = (tmp_path / "log.csv").read_text().strip().splitlines()
+    assert len(rows) == 3 and rows[0].startswith("epoch")
+    if KERAS3:
+        assert "agnostic_backup.json" in result["backup"]
+        assert len([n for n in result["backup"] if n.endswith(".weights.h5")]) == 1
+    # The best model loads in a plain single-device process, same predictions.
+    loaded = run_python(LOAD_PLAINLY.format(x=str(tmp_path / "x.npy"),
+                                            best=str(tmp_path / ("best" + suffix))),
+                        env={"AGNOSTIC_CPU_DEVICES": None})
+    np.testing.assert_allclose(np.array(loaded), np.load(tmp_path / "predictions.npy"),
+                               atol=1e-5)
+
+
+def test_a_broken_checkpoint_is_named_and_not_loaded(tmp_path):
+    model = agnostic.backend_agnostic_compile(models.build(keras), optimizer="sgd",
+                                              gpus=1, loss="mse")
+    whole = models.model_file(keras, tmp_path, "whole")
+    model.save(whole)
+    weights = str(tmp_path / ("part.weights.h5" if KERAS3 else "part.h5"))
+    model.save_weights(weights)
+    for path in (whole, weights):
+        data = open(path, "rb").read()
+        with open(path, "wb") as handle:
+            handle.write(data[: len(data) // 2])
+    with pytest.raises(agnostic.CheckpointError, match=f"{weights} is truncated or corrupt"):
+        model.load_weights(weights)
+    with pytest.raises(agnostic.CheckpointError, match=f"{whole} is truncated or corrupt"):
+        agnostic.load_model(whole)
+    with pytest.raises(agnostic.CheckpointError, match="does not exist"):
+        agnostic.load_model(str(tmp_path / "missing.keras"))
+
+
+def test_saves_replace_the_file_whole(tmp_path):
+    model = agnostic.backend_agnostic_compile(models.build(keras), optimizer="sgd",
+                                              gpus=1, loss="mse")
+    path = models.model_file(keras, tmp_path, "model")
+    model.save(path)
+    first = os.stat(path).st_ino
+    model.save(path)
+    assert os.stat(path).st_ino != first  # a new file renamed over, not rewritten
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(path)]
+
+
+def run_resume(folder, replicas, **kill):
+    env = dict(os.environ, **kill)
+    return subprocess.run([sys.executable, SCRIPT, "resume", str(replicas), str(folder)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def final_weights(folder):
+    stored = np.load(os.path.join(str(folder), "final.npz"))
+    return [stored[f"arr_{i}"] for i in range(len(stored.files))]
+
+
+if KERAS3:  # Keras 2.2 (keras-mxnet) has no BackupAndRestore
+
+    @pytest.mark.parametrize("kill", [{"KILL": "2:3"}, {"KILL_IN_WRITE": "3"}],
+                             ids=["mid-epoch", "mid-write"])
+    def test_a_killed_run_resumes_from_its_last_backup(kill, tmp_path):
+        whole, broken = tmp_path / "whole", tmp_path / "broken"
+        whole.mkdir(), broken.mkdir()
+        assert run_resume(whole, 2).returncode == 0
+        killed = run_resume(broken, 2, **kill)
+        assert killed.returncode != 0  # SIGKILL, or the launcher's non-zero status
+        assert not (broken / "final.npz").exists()
+        again = run_resume(broken, 2)
+        assert again.returncode == 0, again.stderr[-3000:]
+        # Epochs 0 and 1 were backed up (after a write killed mid-way too),
+        # so the rerun trains epochs 2 and 3: four in all, as asked.
+        assert '"epochs": [2, 3]' in again.stdout
+        assert models.relative_difference(final_weights(whole), final_weights(broken)) < 1e-5

@@ -2,7 +2,8 @@
 script builds a model:
 
 - AGNOSTIC_CPU_DEVICES=N: split the host CPU into N devices (TensorFlow, JAX);
-- LOCAL_RANK (torchrun, or agnostic's own workers): this torch process's GPU.
+- LOCAL_RANK (torchrun, or agnostic's own workers): this torch process's GPU;
+- KERAS_DISTRIBUTION_NUM_PROCESSES > 1: JAX joins its processes.
 
 A user's script may import the engine first, so `install()` puts a hook on the
 import of each engine. The package's .pth file calls it at interpreter start
@@ -27,8 +28,22 @@ def _split_tensorflow(tf, count):
 
 
 def _split_jax(jax, count):
-    if jax.config.jax_num_cpu_devices != count:
+    if count > 1 and jax.config.jax_num_cpu_devices != count:
         jax.config.update("jax_num_cpu_devices", count)
+    _join_jax(jax)
+
+
+def _join_jax(jax):
+    # Several JAX processes (agnostic launch, or Keras's own variables set by
+    # hand) meet before JAX starts its backend, as keras.distribution.initialize
+    # would make them.
+    processes = int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1") or 1)
+    if processes > 1 and not jax.distributed.is_initialized():
+        jax.distributed.initialize(
+            coordinator_address=os.environ["KERAS_DISTRIBUTION_JOB_ADDRESSES"].split(",")[0],
+            num_processes=processes,
+            process_id=int(os.environ["KERAS_DISTRIBUTION_PROCESS_ID"]),
+        )
 
 
 def _pin_torch(torch, local_rank):
@@ -97,6 +112,8 @@ def install():
         count = 0  # resolve() raises it with the full message
     if count >= 2:
         values.update((name, count) for name in SPLITTERS)
+    if int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1") or 1) > 1:
+        values.setdefault("jax", 1)
     local_rank = os.environ.get("LOCAL_RANK", "")
     if local_rank.isdigit():
         values["torch"] = int(local_rank)

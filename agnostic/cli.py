@@ -1,6 +1,5 @@
 """The `agnostic` command: `agnostic info`."""
 import argparse
-import importlib
 import logging
 import sys
 
@@ -52,9 +51,32 @@ def main(argv=None):
     )
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("info", help="backend, engine versions, devices and the plan")
+    launch = commands.add_parser(
+        "launch", help="start a script's processes on this node (one per device)",
+        description="Start N processes of a script on this node, with the variables "
+                    "each engine's distributed runtime reads (torch, TF_CONFIG, JAX).")
+    launch.add_argument("--nproc-per-node", type=int, required=True)
+    launch.add_argument("--nnodes", type=int, default=1)
+    launch.add_argument("--node-rank", type=int, default=0)
+    launch.add_argument("--master", default="127.0.0.1:29400",
+                        help="HOST:PORT of node 0; the launcher also uses PORT+1 "
+                             "(torch) and PORT+2 (JAX) on that host")
+    launch.add_argument("script")
+    launch.add_argument("arguments", nargs=argparse.REMAINDER)
     arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if arguments.command == "info":
-        logging.basicConfig(level=logging.WARNING)
         return info()
+    if arguments.command == "launch":
+        from agnostic import errors
+        from agnostic.launch import nodes
+
+        try:
+            return nodes.run([arguments.script] + arguments.arguments,
+                             arguments.nproc_per_node, arguments.nnodes,
+                             arguments.node_rank, arguments.master)
+        except errors.LaunchError as error:
+            print(f"agnostic launch: {error}", file=sys.stderr)
+            return 2
     parser.print_help()
     return 2

@@ -1,5 +1,5 @@
 """backend_agnostic_compile(): resolve a plan, pick its strategy, hand over."""
-from agnostic import errors, plan as plan_lib, strategies
+from agnostic import plan as plan_lib, strategies
 
 
 def backend_agnostic_compile(

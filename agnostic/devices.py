@@ -20,6 +20,9 @@ class DeviceListing:
     host: str
     accelerators: bool
     simulated: bool = False
+    # Engines whose one runtime spans several processes (JAX) say so here.
+    num_processes: int = 1
+    process_id: int = 0
 
 
 def requested_cpu_devices(environ=None):
@@ -67,11 +70,13 @@ def _tensorflow():
 def _jax():
     import jax
 
-    found = jax.devices()
-    names = [f"{d.platform}:{d.id}" for d in found]
+    found = jax.devices()  # every process's devices, when there are several
+    names = tuple(f"{d.platform}:{d.id}" for d in found)
+    processes = {"num_processes": jax.process_count(), "process_id": jax.process_index()}
     if found[0].platform != "cpu":
-        return DeviceListing(tuple(names), "cpu:0", accelerators=True)
-    return _cpu_listing(names)
+        return DeviceListing(names, "cpu:0", accelerators=True, **processes)
+    return DeviceListing(names, names[0], accelerators=False,
+                         simulated=len(names) > processes["num_processes"], **processes)
 
 
 def _mxnet():

@@ -143,6 +143,8 @@ def decide(backend, listing, gpus=None, group=None):
                 f"{', '.join(sorted(MULTI_DEVICE))}."
             )
         return _single(backend, listing.host, note, warn)
+    if listing.num_processes > 1:
+        return _spanning(backend, strategy, listing, gpus)
     chosen = _choose(found, gpus, listing)
     if len(chosen) < 2:
         if gpus is None:
@@ -164,6 +166,24 @@ def decide(backend, listing, gpus=None, group=None):
         reason += f" One process per device: this one and {processes - 1} started by agnostic."
     return Plan(backend, strategy, tuple(chosen), len(chosen), num_processes=processes,
                 reason=reason + NOTES.get(backend, ""))
+
+
+def _spanning(backend, strategy, listing, gpus):
+    """An engine runtime spanning several processes (JAX): every device of
+    every process trains."""
+    found = listing.devices
+    asked = None if gpus is None else (gpus if isinstance(gpus, int) else len(gpus))
+    if asked is not None and asked != len(found):
+        raise errors.DeviceRequestError(
+            f"This process is one of {listing.num_processes} processes that train "
+            f"together on {len(found)} devices ({_names(found)}); gpus={gpus!r} asks "
+            f"for {asked}. Pass gpus=None, or start the processes with "
+            f"{asked} devices in all."
+        )
+    reason = (f"process {listing.process_id} of {listing.num_processes}, "
+              f"{len(found)} devices in all.")
+    return Plan(backend, strategy, found, len(found), num_processes=listing.num_processes,
+                process_id=listing.process_id, reason=reason)
 
 
 def _join(backend, strategy, listing, gpus, group):

@@ -4,9 +4,14 @@ Global batch k holds samples [k*B, (k+1)*B). Process r of N takes the r-th
 N-th of every global batch, so that N processes see exactly the batches one
 device would, and average the same gradients.
 """
+import math
+
 import numpy as np
 
 from agnostic import batching, errors
+
+# File-writing callbacks that only the chief runs.
+QUIET_CALLBACKS = ("CSVLogger", "TensorBoard", "ProgbarLogger")
 
 
 def shard_indices(num_samples, batch_size, rank, world_size):
@@ -69,3 +74,99 @@ def shard_py_dataset(dataset, rank, world_size):
             dataset.on_epoch_end()
 
     return ShardedPyDataset()
+
+
+def split_calls(model, rank, world):
+    """fit and evaluate train and test on this process's shard; every process
+    predicts everything; only the chief (rank 0) shows progress."""
+    from agnostic import backup
+    from agnostic.strategies import base
+
+    is_chief = rank == 0
+
+    def quiet(kwargs):
+        if not is_chief:
+            kwargs["verbose"] = 0
+            callbacks = kwargs.get("callbacks") or []
+            kwargs["callbacks"] = [c for c in callbacks
+                                   if type(c).__name__ not in QUIET_CALLBACKS]
+
+    def fit(original):
+        def run(*args, **kwargs):
+            given = batching.named_arguments(original, args, kwargs)
+            if given is None:
+                return original(*args, **kwargs)  # Keras reports the wrong call
+            batching.check_call("fit", original, world, (), given)
+            x, y = given.pop("x", None), given.pop("y", None)
+            split = given.pop("validation_split", 0.0) or 0.0
+            if split and batching.num_samples(x) is not None:
+                x, y, given["validation_data"] = split_validation(x, y, given, split)
+            batch_size = given.get("batch_size")
+            x, y, given = shard_inputs("fit", x, y, given, rank, world)
+            validation = given.get("validation_data")
+            if isinstance(validation, (list, tuple)) and validation:
+                val_batch = (given.get("validation_batch_size") or batch_size
+                             or batching.DEFAULT_BATCH_SIZE)
+                val_x, rest = shard("fit (validation_data)", validation[0],
+                                             list(validation[1:]), val_batch, rank, world)
+                given["validation_data"] = (val_x,) + tuple(rest)
+                given["validation_batch_size"] = val_batch // world
+            quiet(given)
+            if given.get("callbacks"):
+                given["callbacks"] = backup.swap_callbacks(given["callbacks"], is_chief)
+            return original(x, y, **given)
+
+        return run
+
+    def evaluate(original):
+        def run(*args, **kwargs):
+            given = batching.named_arguments(original, args, kwargs)
+            if given is None or given.get("_use_cached_eval_dataset"):
+                return original(*args, **kwargs)  # fit's own data: already sharded
+            batching.check_call("evaluate", original, world, (), given)
+            x, y = given.pop("x", None), given.pop("y", None)
+            x, y, given = shard_inputs("evaluate", x, y, given, rank, world)
+            quiet(given)
+            return original(x, y, **given)
+
+        return run
+
+    def predict(original):
+        def run(*args, **kwargs):
+            quiet(kwargs)
+            return original(*args, **kwargs)
+
+        return run
+
+    base.wrap_method(model, "fit", fit)
+    base.wrap_method(model, "evaluate", evaluate)
+    base.wrap_method(model, "predict", predict)
+
+
+def split_validation(x, y, kwargs, split):
+    """validation_split, done before sharding as Keras does it on one device."""
+
+    samples = batching.num_samples(x)
+    cut = int(math.ceil(samples * (1.0 - split)))
+    head, tail = range(0, cut), range(cut, samples)
+    weights = kwargs.get("sample_weight")
+    validation = (take(x, list(tail)), take(y, list(tail)))
+    if weights is not None:
+        validation += (take(weights, list(tail)),)
+        kwargs["sample_weight"] = take(weights, list(head))
+    return take(x, list(head)), take(y, list(head)), validation
+
+
+def shard_inputs(what, x, y, given, rank, world):
+    """This process's shard of x, y and sample_weight; sets its batch size."""
+    import keras
+
+    if isinstance(x, keras.utils.PyDataset):  # batches come from the dataset
+        return shard_py_dataset(x, rank, world), y, given
+    batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
+    weights = given.get("sample_weight")
+    x, (y, weights) = shard(what, x, [y, weights], batch_size, rank, world)
+    if weights is not None:
+        given["sample_weight"] = weights
+    given["batch_size"] = batch_size // world
+    return x, y, given

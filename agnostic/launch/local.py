@@ -66,6 +66,11 @@ def script_command():
     return [sys.executable, os.path.abspath(script)] + sys.argv[1:]
 
 
+def exit_status(code):
+    """A process's status as an exit status: killed by a signal counts as 1."""
+    return code if 0 < code < 256 else 1
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -128,7 +133,7 @@ class Workers:
                 self._report(failure)
                 self.stop()
                 sys.stderr.flush()
-                os._exit(code if 0 < code < 256 else 1)
+                os._exit(exit_status(failure[1]))
             if all(p.poll() is not None for p in self.processes.values()):
                 return
             time.sleep(POLL_SECONDS)
@@ -178,4 +183,4 @@ class Workers:
         failure = self._failed()
         if failure:
             sys.stderr.flush()
-            os._exit(failure[1] if 0 < failure[1] < 256 else 1)
+            os._exit(exit_status(failure[1]))

@@ -65,7 +65,7 @@ def wrap_method(model, name, wrapper):
     setattr(model, name, functools.wraps(original)(wrapper(original)))
 
 
-def wrap_returned_model(model, template, num_replicas, scope_factory=None):
+def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_chief=True):
     """What every returned model does around Keras's own methods.
 
     Checks batch splits before each call; `fit` leaves the trained weights in
@@ -80,7 +80,7 @@ def wrap_returned_model(model, template, num_replicas, scope_factory=None):
             batching.check_call("fit", original, num_replicas, args, kwargs)
             given = batching.named_arguments(original, args, kwargs)
             if given is not None and given.get("callbacks"):
-                given["callbacks"] = backup.swap_callbacks(given["callbacks"])
+                given["callbacks"] = backup.swap_callbacks(given["callbacks"], is_chief)
                 args, kwargs = (), given
             try:
                 with enter():
@@ -106,7 +106,7 @@ def wrap_returned_model(model, template, num_replicas, scope_factory=None):
     for method_name in ("evaluate", "predict", "train_on_batch", "test_on_batch",
                         "predict_on_batch"):
         wrap_method(model, method_name, checked(method_name))
-    guard_files(model)
+    guard_files(model, is_chief)
 
 
 def guard_files(model, is_chief=True):

@@ -1,4 +1,10 @@
-"""jax-data-parallel: keras.distribution.DataParallel over the plan's devices."""
+"""jax-data-parallel: keras.distribution.DataParallel over the plan's devices.
+
+With several processes (agnostic launch, or Keras's distribution variables),
+the devices are every process's: each process feeds its own part of every
+global batch, and JAX's one program computes on the whole batch.
+"""
+from agnostic import sharding
 from agnostic.strategies import base
 
 
@@ -8,11 +14,48 @@ class JaxDataParallelStrategy(base.Strategy):
     def compile(self, template, compile_kwargs):
         import keras
 
-        distribution = keras.distribution.DataParallel(devices=list(self.plan.devices))
+        plan = self.plan
+        if plan.num_processes > 1:
+            _same_weights_everywhere(template)
+        # agnostic gives each process its own shard (Keras would shard only
+        # tf.data datasets), so Keras is told the data is already sharded.
+        distribution = keras.distribution.DataParallel(
+            devices=list(plan.devices), auto_shard_dataset=plan.num_processes == 1
+        )
         model = base.build_replica_model(template, distribution.scope(), compile_kwargs)
+        if plan.num_processes > 1:
+            sharding.split_calls(model, plan.process_id, plan.num_processes)
         # Keras shards each batch by the distribution active at call time, so
         # each call runs under this model's own one (several may coexist).
         base.wrap_returned_model(
-            model, template, self.plan.num_replicas, scope_factory=distribution.scope
+            model, template, plan.num_replicas, scope_factory=distribution.scope,
+            is_chief=plan.process_id == 0,
         )
+        if plan.num_processes > 1:
+            _predict_locally(model, template)  # outermost: outside the mesh
         return model
+
+
+def _predict_locally(model, template):
+    """Each process predicts every sample on its own devices: a prediction
+    spread over several processes' devices cannot be read back as one array."""
+
+    def wrapper(name):
+        def wrap(original):
+            def run(*args, **kwargs):
+                template.set_weights(model.get_weights())
+                return getattr(template, name)(*args, **kwargs)
+
+            return run
+
+        return wrap
+
+    for name in ("predict", "predict_on_batch"):
+        base.wrap_method(model, name, wrapper(name))
+
+
+def _same_weights_everywhere(template):
+    from jax.experimental import multihost_utils
+
+    weights = multihost_utils.broadcast_one_to_all(template.get_weights())
+    template.set_weights([w for w in weights])

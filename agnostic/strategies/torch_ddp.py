@@ -10,13 +10,12 @@ import datetime
 import inspect
 import logging
 
-from agnostic import backup, batching, errors, sharding
+from agnostic import errors, sharding
 from agnostic.launch import environment, local
 from agnostic.strategies import base
 
 logger = logging.getLogger("agnostic")
 BUCKET_BYTES = 25 * 1024 * 1024
-QUIET_CALLBACKS = ("CSVLogger", "TensorBoard", "ProgbarLogger")
 
 
 class TorchDDPStrategy(base.Strategy):
@@ -46,7 +45,7 @@ class TorchDDPStrategy(base.Strategy):
         else:
             _average_gradients(template, group.world_size)
         _aggregate_metrics(template)
-        _split_calls(template, group)
+        sharding.split_calls(template, group.rank, group.world_size)
         base.guard_files(template, is_chief=group.is_chief)
         return template
 
@@ -164,97 +163,3 @@ def _aggregate_metrics(model):
         return run
 
     base.wrap_method(model, "get_metrics_result", wrapper)
-
-
-def _split_calls(model, group):
-    """fit and evaluate train and test on this process's shard; every process
-    predicts everything; only the chief shows progress."""
-    rank, world = group.rank, group.world_size
-
-    def quiet(kwargs):
-        if not group.is_chief:
-            kwargs["verbose"] = 0
-            callbacks = kwargs.get("callbacks") or []
-            kwargs["callbacks"] = [c for c in callbacks
-                                   if type(c).__name__ not in QUIET_CALLBACKS]
-
-    def fit(original):
-        def run(*args, **kwargs):
-            given = batching.named_arguments(original, args, kwargs)
-            if given is None:
-                return original(*args, **kwargs)  # Keras reports the wrong call
-            batching.check_call("fit", original, world, (), given)
-            x, y = given.pop("x", None), given.pop("y", None)
-            split = given.pop("validation_split", 0.0) or 0.0
-            if split and batching.num_samples(x) is not None:
-                x, y, given["validation_data"] = _split_validation(x, y, given, split)
-            batch_size = given.get("batch_size")
-            x, y, given = _shard_inputs("fit", x, y, given, rank, world)
-            validation = given.get("validation_data")
-            if isinstance(validation, (list, tuple)) and validation:
-                val_batch = (given.get("validation_batch_size") or batch_size
-                             or batching.DEFAULT_BATCH_SIZE)
-                val_x, rest = sharding.shard("fit (validation_data)", validation[0],
-                                             list(validation[1:]), val_batch, rank, world)
-                given["validation_data"] = (val_x,) + tuple(rest)
-                given["validation_batch_size"] = val_batch // world
-            quiet(given)
-            if given.get("callbacks"):
-                given["callbacks"] = backup.swap_callbacks(given["callbacks"], group.is_chief)
-            return original(x, y, **given)
-
-        return run
-
-    def evaluate(original):
-        def run(*args, **kwargs):
-            given = batching.named_arguments(original, args, kwargs)
-            if given is None or given.get("_use_cached_eval_dataset"):
-                return original(*args, **kwargs)  # fit's own data: already sharded
-            batching.check_call("evaluate", original, world, (), given)
-            x, y = given.pop("x", None), given.pop("y", None)
-            x, y, given = _shard_inputs("evaluate", x, y, given, rank, world)
-            quiet(given)
-            return original(x, y, **given)
-
-        return run
-
-    def predict(original):
-        def run(*args, **kwargs):
-            quiet(kwargs)
-            return original(*args, **kwargs)
-
-        return run
-
-    base.wrap_method(model, "fit", fit)
-    base.wrap_method(model, "evaluate", evaluate)
-    base.wrap_method(model, "predict", predict)
-
-
-def _split_validation(x, y, kwargs, split):
-    """validation_split, done before sharding as Keras does it on one device."""
-    import math
-
-    samples = batching.num_samples(x)
-    cut = int(math.ceil(samples * (1.0 - split)))
-    head, tail = range(0, cut), range(cut, samples)
-    weights = kwargs.get("sample_weight")
-    validation = (sharding.take(x, list(tail)), sharding.take(y, list(tail)))
-    if weights is not None:
-        validation += (sharding.take(weights, list(tail)),)
-        kwargs["sample_weight"] = sharding.take(weights, list(head))
-    return sharding.take(x, list(head)), sharding.take(y, list(head)), validation
-
-
-def _shard_inputs(what, x, y, given, rank, world):
-    """This process's shard of x, y and sample_weight; sets its batch size."""
-    import keras
-
-    if isinstance(x, keras.utils.PyDataset):  # batches come from the dataset
-        return sharding.shard_py_dataset(x, rank, world), y, given
-    batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
-    weights = given.get("sample_weight")
-    x, (y, weights) = sharding.shard(what, x, [y, weights], batch_size, rank, world)
-    if weights is not None:
-        given["sample_weight"] = weights
-    given["batch_size"] = batch_size // world
-    return x, y, given

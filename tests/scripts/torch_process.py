@@ -12,7 +12,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 import agnostic  # noqa: E402
 from tests import models  # noqa: E402

@@ -1,5 +1,4 @@
 """jax-data-parallel: real keras.distribution.DataParallel on simulated CPUs."""
-import numpy as np
 import pytest
 
 from tests import models

@@ -20,11 +20,11 @@ from agnostic import errors
 
 def _split_tensorflow(tf, count):
     cpus = tf.config.list_physical_devices("CPU")
-    if len(tf.config.get_logical_device_configuration(cpus[0]) or ()) == count:
-        return
-    tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration()] * count
-    )
+    configured = len(tf.config.get_logical_device_configuration(cpus[0]) or ())
+    if count > 1 and configured != count:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * count
+        )
 
 
 def _split_jax(jax, count):

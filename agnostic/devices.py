@@ -4,6 +4,7 @@ Each engine's lister imports the engine; nothing here runs at import time.
 """
 import dataclasses
 import importlib
+import json
 import os
 from typing import Tuple
 
@@ -60,11 +61,29 @@ def current_backend():
 def _tensorflow():
     import tensorflow as tf
 
+    workers = _tf_config_workers()
+    if workers:
+        return workers
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     if gpus:
         return DeviceListing(tuple(gpus), cpus[0], accelerators=True)
     return _cpu_listing(cpus)
+
+
+def _tf_config_workers():
+    """The workers TF_CONFIG names (MultiWorkerMirroredStrategy), or None."""
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
+        workers = config["cluster"]["worker"]
+        task = int(config["task"]["index"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(workers) < 2:
+        return None
+    names = tuple(f"/job:worker/task:{index}" for index in range(len(workers)))
+    return DeviceListing(names, names[0], accelerators=False,
+                         num_processes=len(workers), process_id=task)
 
 
 def _jax():

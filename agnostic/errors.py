@@ -39,3 +39,7 @@ class UnsupportedInputError(AgnosticError, ValueError):
 
 class CheckpointError(AgnosticError, OSError):
     """A checkpoint file is missing, truncated or corrupt."""
+
+
+class NotSupportedError(AgnosticError, NotImplementedError):
+    """The engine cannot do what was asked; nothing was started."""

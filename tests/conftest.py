@@ -14,6 +14,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Keras 2.2 on MXNet has no multi-machine path (see the README).
+collect_ignore = ["test_nodes.py"] if os.environ.get("KERAS_BACKEND") == "mxnet" else []
+
 
 def engine_or_skip():
     """Imports keras on the configured engine, or skips (core env only)."""

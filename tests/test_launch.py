@@ -1,7 +1,11 @@
 """Process groups without any engine: torchrun's variables, joining, and the
 errors a launch can give. GPU names are made up here (mocked), since a
 machine with GPUs cannot exist in this test environment."""
+import json
+import socket
 import sys
+import threading
+import time
 
 import pytest
 
@@ -71,3 +75,86 @@ def test_rank_zero_must_use_the_first_gpu():
         torch_ddp._device_indexes(on_gpus)
     ordered = agnostic.Plan("torch", "torch-ddp", ("cuda:0", "cuda:3"), 2, num_processes=2)
     assert torch_ddp._device_indexes(ordered) == [0, 3]
+
+
+# Bad cluster input: refused with a clear error well within 60 s, before any
+# process starts. Both "nodes" are this machine.
+from agnostic.launch import nodes, rendezvous  # noqa: E402
+
+
+@pytest.mark.parametrize("nproc, nnodes, rank, message", [
+    (1, 2, 2, r"--node-rank 2 is out of range for --nnodes 2: use 0 to 1"),
+    (1, 2, -1, r"--node-rank -1 is out of range"),
+    (0, 1, 0, r"must be at least 1"),
+])
+def test_launch_arguments_are_checked(nproc, nnodes, rank, message):
+    with pytest.raises(errors.LaunchError, match=message):
+        nodes.run(["train.py"], nproc, nnodes, rank, "127.0.0.1:29400")
+
+
+@pytest.mark.parametrize("master", ["127.0.0.1", "host:port", ":29400", "h:70000"])
+def test_master_must_be_host_and_port(master):
+    with pytest.raises(errors.LaunchError, match=r"--master must be HOST:PORT"):
+        nodes.parse_master(master)
+
+
+def test_unreachable_master_is_reported(monkeypatch):
+    monkeypatch.setattr(rendezvous, "JOIN_SECONDS", 2)
+    port = local.free_port()  # nobody listens there
+    began = time.monotonic()
+    with pytest.raises(errors.LaunchError, match=f"Cannot reach the master 127.0.0.1:{port}"):
+        rendezvous.Member("127.0.0.1", port, 1, 2, 1)
+    assert time.monotonic() - began < 60
+
+
+def test_master_port_in_use_is_reported():
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(errors.LaunchError, match=f"cannot listen on the master port {port}"):
+            rendezvous.Leader("127.0.0.1", port, 2, 1)
+
+
+def test_a_node_that_never_joins_is_named(monkeypatch):
+    monkeypatch.setattr(rendezvous, "JOIN_SECONDS", 1)
+    leader = rendezvous.Leader("127.0.0.1", local.free_port(), 3, 1)
+    with pytest.raises(errors.LaunchError, match=r"Node\(s\) \[1, 2\] did not join within 1 s"):
+        leader.gather()
+
+
+def test_nodes_that_disagree_are_refused():
+    port = local.free_port()
+    leader = rendezvous.Leader("127.0.0.1", port, 2, 1)
+    failures = []
+    thread = threading.Thread(target=lambda: _gather(leader, failures))
+    thread.start()
+    member = rendezvous.Member("127.0.0.1", port, 1, 2, 4)
+    with pytest.raises(errors.LaunchError, match=r"--nproc-per-node 4, but node 0 .* 1"):
+        member.gather()
+    thread.join(10)
+    assert "Start every node with the same numbers" in failures[0]
+
+
+def test_nodes_that_agree_get_the_whole_cluster():
+    port = local.free_port()
+    leader = rendezvous.Leader("127.0.0.1", port, 2, 2)
+    clusters = []
+    thread = threading.Thread(target=lambda: clusters.append(leader.gather()))
+    thread.start()
+    cluster = rendezvous.Member("127.0.0.1", port, 1, 2, 2).gather()
+    thread.join(10)
+    assert cluster == clusters[0]
+    assert cluster.world_size == 4 and cluster.first_rank(1) == 2
+    env = nodes.environment(cluster, 1, 1, "127.0.0.1", port)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("3", "4", "1")
+    assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 3}
+    assert env["KERAS_DISTRIBUTION_PROCESS_ID"] == "3"
+    assert env["MASTER_PORT"] == str(port + 1)
+
+
+def _gather(leader, failures):
+    try:
+        leader.gather()
+    except errors.LaunchError as error:
+        failures.append(str(error))

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from agnostic.strategies import torch_ddp  # noqa: E402
 
-SCRIPT = os.path.join("tests", "scripts", "torch_process.py")
+SCRIPT = os.path.join("tests", "scripts", "processes.py")
 SCENARIO = os.path.join("tests", "scripts", "scenario.py")
 BOUND_SECONDS = 60
 

@@ -1,4 +1,5 @@
-"""torch-ddp process scenarios, run as `python torch_process.py MODE FOLDER`.
+"""Multi-process scenarios, run as `python processes.py MODE FOLDER`
+(torch-ddp; and under `agnostic launch`, any engine's processes).
 
 Every process writes its pid to FOLDER/pid_<rank>, so the tests can check
 that none is left behind. The chief prints one JSON line where MODE has one.
@@ -17,7 +18,7 @@ import agnostic  # noqa: E402
 from tests import models  # noqa: E402
 
 MODE, FOLDER = sys.argv[1], sys.argv[2]
-REPLICAS = 2
+REPLICAS = int(os.environ.get("AGNOSTIC_TEST_REPLICAS", "2"))
 
 
 class Trouble(keras.callbacks.Callback):

@@ -10,7 +10,6 @@ import sys
 import time
 
 import numpy as np
-import pytest
 
 from tests.conftest import ROOT, engine_or_skip
 

@@ -69,3 +69,12 @@ def run_script(path, *arguments, env=None, timeout=600):
         )
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else None, result.stdout, result.stderr
+
+
+def alive(pid):
+    """Whether process `pid` still runs (a zombie waiting to be reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

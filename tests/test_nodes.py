@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from tests.conftest import ROOT, engine_or_skip
+from tests.conftest import ROOT, alive, engine_or_skip
 
 engine_or_skip()
 
@@ -45,14 +45,6 @@ def finish(nodes, seconds=600):
             if node.poll() is None:
                 os.killpg(node.pid, signal.SIGKILL)
     return [n.returncode for n in nodes], outputs, time.monotonic() - began
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 if ENGINE in ("jax", "torch"):

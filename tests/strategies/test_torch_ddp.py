@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, engine_or_skip, run_script
+from tests.conftest import ROOT, alive, engine_or_skip, run_script
 
 keras = engine_or_skip()
 torch = pytest.importorskip("torch")
@@ -19,14 +19,6 @@ from agnostic.strategies import torch_ddp  # noqa: E402
 SCRIPT = os.path.join("tests", "scripts", "processes.py")
 SCENARIO = os.path.join("tests", "scripts", "scenario.py")
 BOUND_SECONDS = 60
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def pids(folder):

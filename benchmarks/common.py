@@ -1,0 +1,67 @@
+"""What both benchmarks share: running one engine per child process, timing
+steps with a callback, and writing JSON and Markdown."""
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINES = ("tensorflow", "jax", "torch")
+
+
+def installed(engines):
+    return [e for e in engines if importlib.util.find_spec(e) is not None]
+
+
+def run_child(script, arguments, engine, devices, timeout=3600):
+    """Runs `script --child ...` with one engine; returns its last JSON line."""
+    env = dict(os.environ, KERAS_BACKEND=engine, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("AGNOSTIC_CPU_DEVICES", None)
+    if devices > 1:
+        env["AGNOSTIC_CPU_DEVICES"] = str(devices)
+    result = subprocess.run([sys.executable, script, "--child"] + arguments, env=env,
+                            capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if result.returncode != 0:
+        raise RuntimeError(f"{engine} on {devices} device(s) failed:\n{result.stderr[-4000:]}")
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1])
+
+
+def step_timer(keras):
+    """A callback that records each training step's wall time."""
+
+    class StepTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds = []
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._began = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seconds.append(time.perf_counter() - self._began)
+
+    return StepTimer()
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def machine():
+    import platform
+
+    return {"python": platform.python_version(), "processor": platform.processor()
+            or platform.machine(), "cpus": os.cpu_count(), "system": platform.platform()}
+
+
+def write(folder, name, results, table):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name + ".json"), "w") as handle:
+        json.dump({"machine": machine(), "results": results}, handle, indent=1)
+    with open(os.path.join(folder, name + ".md"), "w") as handle:
+        handle.write(table + "\n")

@@ -1,0 +1,194 @@
+"""What the shim costs over hand-written native code, per engine.
+
+For each installed engine (one process per engine and device count), the same
+model trains two ways on the same (simulated) devices: through
+`backend_agnostic_compile`, and through hand-written native code for the same
+strategy (MirroredStrategy, DataParallel; one device: plain compile/fit). The
+two alternate, after a warm-up that excludes compilation; each repeat gives
+each way's median step time; the report gives the medians, their ratio and the
+spread of the per-repeat ratios. Start-up (compile to the first finished step)
+is timed in fresh processes, alternating too.
+
+    python benchmarks/overhead.py                # full run, a few minutes
+    python benchmarks/overhead.py --smoke        # seconds: checks it runs
+
+torch on several devices runs one process per device and has no hand-written
+counterpart here yet (see the README); torch on one device is measured.
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+SCRIPT = os.path.abspath(__file__)
+
+
+def build(keras, width, features):
+    keras.utils.set_random_seed(0)
+    inputs = keras.layers.Input((features,))
+    hidden = keras.layers.Dense(width, activation="relu")(inputs)
+    hidden = keras.layers.Dense(width, activation="relu")(hidden)
+    outputs = keras.layers.Dense(10, activation="softmax")(hidden)
+    return keras.models.Model(inputs, outputs)
+
+
+def native(keras, template, devices):
+    """The hand-written way for this engine and device count."""
+    backend = keras.backend.backend()
+    compile_args = dict(loss="sparse_categorical_crossentropy", optimizer="sgd")
+    if devices == 1:
+        template.compile(**compile_args)
+        return template
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        names = [d.name for d in tf.config.list_logical_devices("CPU")][:devices]
+        strategy = tf.distribute.MirroredStrategy(
+            names, cross_device_ops=tf.distribute.ReductionToOneDevice("/cpu:0"))
+        scope = strategy.scope()
+    else:
+        distribution = keras.distribution.DataParallel(
+            devices=keras.distribution.list_devices()[:devices])
+        keras.distribution.set_distribution(distribution)
+        scope = distribution.scope()
+    with scope:
+        model = keras.models.clone_model(template)
+        model.set_weights(template.get_weights())
+        model.compile(**compile_args)
+    return model
+
+
+def shim(keras, template, devices):
+    import agnostic
+
+    return agnostic.backend_agnostic_compile(
+        template, loss="sparse_categorical_crossentropy", optimizer="sgd", gpus=devices)
+
+
+def child(arguments):
+    import keras
+    import numpy as np
+
+    devices = arguments.devices
+    x = np.random.default_rng(0).normal(size=(arguments.batch * arguments.steps,
+                                              arguments.features)).astype("float32")
+    y = np.random.default_rng(1).integers(0, 10, len(x))
+    make = {"native": native, "shim": shim}
+    if arguments.startup:
+        began = time.perf_counter()
+        model = make[arguments.startup](keras, build(keras, arguments.width,
+                                                      arguments.features), devices)
+        first = model.train_on_batch(x[:arguments.batch], y[:arguments.batch])
+        return {"startup": time.perf_counter() - began, "loss": float(np.ravel(first)[0])}
+    models = {way: make[way](keras, build(keras, arguments.width, arguments.features), devices)
+              for way in ("native", "shim")}
+    for model in models.values():  # warm-up: tracing and compilation
+        model.fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0)
+    steps = {"native": [], "shim": []}
+    for _ in range(arguments.repeats):
+        for way in ("native", "shim"):
+            timer = common.step_timer(keras)
+            models[way].fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0,
+                            shuffle=False, callbacks=[timer])
+            steps[way].append(common.median(timer.seconds[1:] or timer.seconds))
+    return steps
+
+
+def measure(engine, devices, options):
+    base = ["--devices", str(devices), "--batch", str(options.batch), "--steps",
+            str(options.steps), "--repeats", str(options.repeats), "--width",
+            str(options.width), "--features", str(options.features)]
+    steps = common.run_child(SCRIPT, base, engine, devices)
+    ratios = [s / n for s, n in zip(steps["shim"], steps["native"])]
+    startup = {"native": [], "shim": []}
+    for _ in range(options.startups):
+        for way in ("native", "shim"):
+            startup[way].append(common.run_child(SCRIPT, base + ["--startup", way],
+                                                 engine, devices)["startup"])
+    return {
+        "engine": engine, "devices": devices,
+        "native_ms": 1000 * common.median(steps["native"]),
+        "shim_ms": 1000 * common.median(steps["shim"]),
+        "ratio": common.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+        "startup_native_s": common.median(startup["native"]),
+        "startup_shim_s": common.median(startup["shim"]),
+    }
+
+
+def table(results):
+    rows = ["| engine | devices | native ms/step | shim ms/step | ratio | spread (min-max) "
+            "| start-up native s | start-up shim s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        rows.append(
+            f"| {r['engine']} | {r['devices']} | {r['native_ms']:.1f} | {r['shim_ms']:.1f} "
+            f"| {r['ratio']:.3f} | {r['ratio_min']:.3f}-{r['ratio_max']:.3f} "
+            f"| {r['startup_native_s']:.2f} | {r['startup_shim_s']:.2f} |")
+    return "\n".join(rows)
+
+
+def chart(results, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [f"{r['engine']}\n{r['devices']} dev" for r in results]
+    figure, axis = plt.subplots(figsize=(max(6, len(results)), 3.5))
+    axis.bar(labels, [r["ratio"] for r in results], color="#4c72b0")
+    axis.errorbar(labels, [r["ratio"] for r in results],
+                  yerr=[[r["ratio"] - r["ratio_min"] for r in results],
+                        [r["ratio_max"] - r["ratio"] for r in results]], fmt="none", color="k")
+    axis.axhline(1.0, color="grey", linewidth=0.8)
+    axis.axhline(1.02, color="red", linestyle="--", linewidth=0.8, label="target 1.02")
+    axis.set_ylabel("shim / native step time")
+    axis.set_ylim(0.8, 1.2)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    return True
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--startup", choices=["native", "shim"], help=argparse.SUPPRESS)
+    parser.add_argument("--engines", default=",".join(common.ENGINES))
+    parser.add_argument("--devices", default="1,2,4")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--startups", type=int, default=3)
+    parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--features", type=int, default=1024)
+    parser.add_argument("--out", default=os.path.join(common.ROOT, "benchmarks", "results"))
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
+    options = parser.parse_args()
+    if options.child:
+        options.devices = int(options.devices)
+        print(__import__("json").dumps(child(options)))
+        return 0
+    if options.smoke:
+        options.batch, options.steps, options.repeats, options.startups = 8, 3, 1, 1
+        options.width, options.features, options.devices = 16, 8, "1,2"
+        options.out = os.path.join(options.out, "smoke")
+    results = []
+    for engine in common.installed(options.engines.split(",")):
+        for devices in map(int, options.devices.split(",")):
+            if engine == "torch" and devices > 1:
+                continue  # one process per device: no hand-written counterpart yet
+            results.append(measure(engine, devices, options))
+            print(table(results[-1:]).splitlines()[-1], flush=True)
+    common.write(options.out, "overhead", results, table(results))
+    chart(results, os.path.join(options.out, "overhead.png"))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

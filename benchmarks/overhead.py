@@ -88,8 +88,9 @@ def child(arguments):
     for model in models.values():  # warm-up: tracing and compilation
         model.fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0)
     steps = {"native": [], "shim": []}
-    for _ in range(arguments.repeats):
-        for way in ("native", "shim"):
+    for repeat in range(arguments.repeats):
+        # Alternate which goes first, so that order does not favour either.
+        for way in (("native", "shim") if repeat % 2 == 0 else ("shim", "native")):
             timer = common.step_timer(keras)
             models[way].fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0,
                             shuffle=False, callbacks=[timer])

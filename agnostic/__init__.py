@@ -19,6 +19,7 @@ from agnostic.errors import (
     EngineUnavailableError,
     LaunchError,
     ModelCopyError,
+    NotSupportedError,
     SingleDeviceWarning,
     UnsupportedInputError,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "EngineUnavailableError",
     "LaunchError",
     "ModelCopyError",
+    "NotSupportedError",
     "Plan",
     "SingleDeviceWarning",
     "UnsupportedInputError",

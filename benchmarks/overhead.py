@@ -176,7 +176,7 @@ def main():
         return 0
     if options.smoke:
         options.batch, options.steps, options.repeats, options.startups = 8, 3, 1, 1
-        options.width, options.features, options.devices = 16, 8, "1,2"
+        options.width, options.features, options.devices = 16, 8, "2"
         options.out = os.path.join(options.out, "smoke")
     results = []
     for engine in common.installed(options.engines.split(",")):

@@ -71,6 +71,21 @@ def exit_status(code):
     return code if 0 < code < 256 else 1
 
 
+def stop_processes(processes):
+    """Ends every process still running: SIGTERM, then SIGKILL after a grace."""
+    processes = list(processes)
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + GRACE_SECONDS
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -143,17 +158,7 @@ class Workers:
         self._excepthook(kind, value, traceback)
 
     def stop(self):
-        """Ends every worker still running: SIGTERM, then SIGKILL."""
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        deadline = time.monotonic() + GRACE_SECONDS
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(self.processes.values())
 
     def wait(self):
         """At rank 0's exit: wait for the workers, exit with their status."""

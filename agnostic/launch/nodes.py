@@ -99,7 +99,7 @@ def _supervise(processes, first_rank, party, node_rank):
                                f"node {node_rank}) exited with status {code}")
                     logger.error("agnostic: %s; stopping every process.", message)
                     _tell(links, message)
-                    _stop(processes)
+                    local.stop_processes(processes)
                     return local.exit_status(code)
             if all(p.poll() == 0 for p in processes):
                 _tell(links, None)
@@ -109,14 +109,14 @@ def _supervise(processes, first_rank, party, node_rank):
                 if isinstance(party, rendezvous.Leader):
                     _tell(links, notice)
                 logger.error("agnostic: %s; stopping this node's processes.", notice)
-                _stop(processes)
+                local.stop_processes(processes)
                 return 1
     except KeyboardInterrupt:
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
         _tell(links, f"node {node_rank} was interrupted")
-        _stop(processes)
+        local.stop_processes(processes)
         return 130
 
 
@@ -145,16 +145,3 @@ def _listen(links, timeout):
             return message["failed"]
         links[:] = [(c, s) for c, s in links if c is not connection]  # that node is done
     return None
-
-
-def _stop(processes):
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + local.GRACE_SECONDS
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

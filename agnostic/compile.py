@@ -1,5 +1,15 @@
 """backend_agnostic_compile(): resolve a plan, pick its strategy, hand over."""
+import warnings
+
 from agnostic import plan as plan_lib, strategies
+
+# Where cpu_relocation=True cannot apply, and why.
+NOT_RELOCATED = {
+    "single-device": "the one device already holds the only copy of the variables",
+    "jax-data-parallel": "keras.distribution keeps the variables on every device",
+    "torch-ddp": "each process keeps its own copy of the variables on its device",
+    "mxnet-context": "keras-mxnet keeps the parameters on every context",
+}
 
 
 def backend_agnostic_compile(
@@ -27,8 +37,9 @@ def backend_agnostic_compile(
         cpu_merge: TensorFlow: reduce gradients on the CPU (the legacy
             `multi_gpu_model` merge); False uses the engine's fastest
             all-reduce (NCCL on GPUs).
-        cpu_relocation: Accepted for multi_gpu_model compatibility; see the
-            README for why it changes nothing under MirroredStrategy.
+        cpu_relocation: TensorFlow: keep one copy of the variables on the
+            CPU while the devices compute (the legacy `multi_gpu_model`
+            option); elsewhere it warns and changes nothing.
         **compile_kwargs: Passed on to `compile`.
 
     Returns:
@@ -43,6 +54,13 @@ def backend_agnostic_compile(
     _check_arguments(model, cpu_merge, cpu_relocation)
     plan = plan_lib.resolve(gpus)
     plan_lib.announce(plan)
+    if cpu_relocation and plan.strategy in NOT_RELOCATED:
+        warnings.warn(
+            f"cpu_relocation=True changes nothing with the {plan.strategy} "
+            f"strategy: {NOT_RELOCATED[plan.strategy]}. It applies to "
+            "TensorFlow on several devices.",
+            UserWarning, stacklevel=2,
+        )
     strategy = strategies.get(plan.strategy)(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation
     )

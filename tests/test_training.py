@@ -99,6 +99,14 @@ def test_one_device_falls_back_with_one_warning():
     assert "AGNOSTIC_CPU_DEVICES=N" in result["warnings"][0]
 
 
+def test_cpu_relocation_where_it_cannot_apply_warns_once():
+    template = models.build(keras)
+    with pytest.warns(UserWarning, match="cpu_relocation=True changes nothing") as caught:
+        agnostic.backend_agnostic_compile(template, optimizer=models.sgd(keras), gpus=[1],
+                                          cpu_relocation=True, **models.COMPILE)
+    assert len([w for w in caught if "cpu_relocation" in str(w.message)]) == 1
+
+
 CPU_SPLIT_AFTER_ENGINE = """
 import json, os, sys
 import {engine}  # the engine first, then a model, then agnostic

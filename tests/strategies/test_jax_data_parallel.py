@@ -46,3 +46,11 @@ def test_numpy_engine_falls_back_with_one_warning():
     assert result["strategy"] == "single-device"
     assert len(result["warnings"]) == 1
     assert "'numpy' has no multi-device path" in result["warnings"][0]
+
+
+def test_cpu_relocation_warns_that_variables_stay_on_every_device():
+    with pytest.warns(UserWarning, match="jax-data-parallel strategy: keras.distribution"):
+        model = agnostic.backend_agnostic_compile(models.build(keras), optimizer="sgd",
+                                                  gpus=2, cpu_relocation=True,
+                                                  **models.COMPILE)
+    assert all(len(w.value.sharding.device_set) == 2 for w in model.weights)

@@ -1,4 +1,6 @@
 """tf-mirrored: real MirroredStrategy on simulated CPU devices."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -38,14 +40,71 @@ def test_cpu_merge_reduces_on_the_cpu_and_false_lets_the_engine_choose():
 
 
 @pytest.mark.parametrize("options", [{"cpu_merge": False}, {"cpu_relocation": True}])
-def test_options_train_like_one_device(options):
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_options_train_like_one_device(options, replicas):
     x, y = models.data()
     reference = models.build(keras)
     reference.compile(optimizer=keras.optimizers.SGD(0.1), **models.COMPILE)
-    reference.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
-    template, model = compile_on(2, **options)
-    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    expected = reference.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+                             validation_split=0.25).history
+    template, model = compile_on(replicas, **options)
+    history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+                        validation_split=0.25).history
     assert models.relative_difference(reference.get_weights(), template.get_weights()) < 1e-5
+    assert sorted(history) == sorted(expected)
+    for name in expected:  # the whole global batch, once per step
+        np.testing.assert_allclose(history[name], expected[name], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(model.evaluate(x, y, batch_size=16, verbose=0),
+                               reference.evaluate(x, y, batch_size=16, verbose=0), rtol=1e-4)
+    np.testing.assert_allclose(model.test_on_batch(x[:16], y[:16]),
+                               reference.test_on_batch(x[:16], y[:16]), rtol=1e-4)
+
+
+def test_engine_all_reduce_serves_models_of_different_sizes_in_one_process():
+    # The engine's all-reduce numbers device groups per strategy; a second
+    # strategy of another size must not reuse the first one's groups.
+    x, y = models.data()
+    for replicas in (2, 4, 2):
+        template, model = compile_on(replicas, cpu_merge=False)
+        history = model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0).history
+        assert np.isfinite(history["loss"][0])
+
+
+def test_cpu_relocation_keeps_one_copy_of_each_variable_on_the_cpu():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # it applies here: no warning
+        _, model = compile_on(2, cpu_relocation=True)
+    for weight in model.weights:
+        assert not isinstance(weight.value, tf.distribute.DistributedValues)
+        assert tf.DeviceSpec.from_string(weight.value.device).device_type == "CPU"
+        assert tf.DeviceSpec.from_string(weight.value.device).device_index == 0
+    strategy = model.distribute_strategy
+    assert isinstance(strategy, tf.distribute.experimental.CentralStorageStrategy)
+    assert strategy.num_replicas_in_sync == 2
+
+
+def test_cpu_relocation_trains_layers_that_update_state_in_their_call(tmp_path):
+    # Batch normalization statistics and dropout seeds are updated from every
+    # device; with the variables stored once, the engine needs to be told how.
+    x, y = models.data()
+    keras.utils.set_random_seed(3)
+    inputs = keras.layers.Input((8,))
+    hidden = keras.layers.BatchNormalization()(keras.layers.Dense(16, activation="relu")(inputs))
+    outputs = keras.layers.Dense(3, activation="softmax")(keras.layers.Dropout(0.2)(hidden))
+    template = keras.Model(inputs, outputs)
+    before = template.get_weights()
+    model = agnostic.backend_agnostic_compile(
+        template, optimizer=keras.optimizers.SGD(0.1), gpus=2, cpu_relocation=True,
+        **models.COMPILE)
+    history = model.fit(x, y, batch_size=16, epochs=2, verbose=0).history
+    assert np.all(np.isfinite(history["loss"]))
+    moving_mean = template.get_weights()[4]  # dense kernel, bias, gamma, beta, mean
+    assert not np.allclose(moving_mean, before[4])
+    path = str(tmp_path / "relocated.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_allclose(restored.predict(x, verbose=0), model.predict(x, verbose=0),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_optimizer_object_is_rebuilt_inside_the_strategy():

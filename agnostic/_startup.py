@@ -3,7 +3,9 @@ script builds a model:
 
 - AGNOSTIC_CPU_DEVICES=N: split the host CPU into N devices (TensorFlow, JAX);
 - LOCAL_RANK (torchrun, or agnostic's own workers): this torch process's GPU;
-- KERAS_DISTRIBUTION_NUM_PROCESSES > 1: JAX joins its processes.
+- KERAS_DISTRIBUTION_NUM_PROCESSES > 1: JAX joins its processes;
+- TF_CONFIG naming several workers (Keras on TensorFlow): the workers'
+  MultiWorkerMirroredStrategy, which the engine allows only before it starts.
 
 A user's script may import the engine first, so `install()` puts a hook on the
 import of each engine. The package's .pth file calls it at interpreter start
@@ -18,6 +20,11 @@ from agnostic import devices as devices_lib
 from agnostic import errors
 
 
+# The TensorFlow workers' strategy, made as TensorFlow is imported: the
+# strategy (or the error that prevented it) under "strategy" / "error".
+TF_WORKERS = {}
+
+
 def _split_tensorflow(tf, count):
     cpus = tf.config.list_physical_devices("CPU")
     configured = len(tf.config.get_logical_device_configuration(cpus[0]) or ())
@@ -25,6 +32,20 @@ def _split_tensorflow(tf, count):
         tf.config.set_logical_device_configuration(
             cpus[0], [tf.config.LogicalDeviceConfiguration()] * count
         )
+    _join_tensorflow(tf)
+
+
+def _join_tensorflow(tf):
+    # The strategy configures the engine's collective runtime, which
+    # TensorFlow accepts only before it has run anything: the user's script
+    # builds its model before calling backend_agnostic_compile.
+    if TF_WORKERS or not devices_lib.tf_config_workers() \
+            or devices_lib.configured_backend() != "tensorflow":
+        return
+    try:
+        TF_WORKERS["strategy"] = tf.distribute.MultiWorkerMirroredStrategy()
+    except Exception as error:  # the engine raises several types here
+        TF_WORKERS["error"] = error
 
 
 def _split_jax(jax, count):
@@ -114,6 +135,8 @@ def install():
         values.update((name, count) for name in SPLITTERS)
     if int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1") or 1) > 1:
         values.setdefault("jax", 1)
+    if devices_lib.tf_config_workers():
+        values.setdefault("tensorflow", 1)
     local_rank = os.environ.get("LOCAL_RANK", "")
     if local_rank.isdigit():
         values["torch"] = int(local_rank)

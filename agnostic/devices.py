@@ -61,9 +61,9 @@ def current_backend():
 def _tensorflow():
     import tensorflow as tf
 
-    workers = _tf_config_workers()
+    workers = tf_config_workers()
     if workers:
-        return workers
+        return _tf_workers_listing(tf, *workers)
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     if gpus:
@@ -71,18 +71,40 @@ def _tensorflow():
     return _cpu_listing(cpus)
 
 
-def _tf_config_workers():
-    """The workers TF_CONFIG names (MultiWorkerMirroredStrategy), or None."""
+def tf_config_workers(environ=None):
+    """(worker addresses, this task's index) when TF_CONFIG names several
+    workers (MultiWorkerMirroredStrategy), else None. Imports nothing."""
+    environ = os.environ if environ is None else environ
     try:
-        config = json.loads(os.environ.get("TF_CONFIG", "") or "{}")
-        workers = config["cluster"]["worker"]
+        config = json.loads(environ.get("TF_CONFIG", "") or "{}")
+        workers = list(config["cluster"]["worker"])
         task = int(config["task"]["index"])
     except (KeyError, TypeError, ValueError):
         return None
-    if len(workers) < 2:
-        return None
-    names = tuple(f"/job:worker/task:{index}" for index in range(len(workers)))
-    return DeviceListing(names, names[0], accelerators=False,
+    return (workers, task) if len(workers) > 1 else None
+
+
+def configured_backend(environ=None):
+    """The engine Keras will pick, read as Keras reads it, without importing
+    Keras: KERAS_BACKEND, else keras.json in KERAS_HOME (or ~/.keras)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("KERAS_BACKEND"):
+        return environ["KERAS_BACKEND"]
+    home = environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as handle:
+            return json.load(handle).get("backend", "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
+def _tf_workers_listing(tf, workers, task):
+    # Every worker computes on its own GPUs, or on its CPU: the strategy
+    # wants the same number on each.
+    local = [d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
+    names = tuple(f"/job:worker/task:{index}/device:{device}"
+                  for index in range(len(workers)) for device in (local or ["CPU:0"]))
+    return DeviceListing(names, "/job:worker/task:0/device:CPU:0", accelerators=bool(local),
                          num_processes=len(workers), process_id=task)
 
 

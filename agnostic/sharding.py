@@ -76,6 +76,33 @@ def shard_py_dataset(dataset, rank, world_size):
     return ShardedPyDataset()
 
 
+def quiet_arguments(kwargs, is_chief):
+    """Only the chief shows progress and writes logs."""
+    if not is_chief:
+        kwargs["verbose"] = 0
+        callbacks = kwargs.get("callbacks") or []
+        kwargs["callbacks"] = [c for c in callbacks if type(c).__name__ not in QUIET_CALLBACKS]
+
+
+def quiet_unless_chief(model, is_chief):
+    """fit, evaluate and predict show nothing on the other processes."""
+    from agnostic.strategies import base
+
+    def wrapper(original):
+        def run(*args, **kwargs):
+            given = batching.named_arguments(original, args, kwargs)
+            if given is None:
+                return original(*args, **kwargs)  # Keras reports the wrong call
+            quiet_arguments(given, is_chief)
+            return original(**given)
+
+        return run
+
+    if not is_chief:
+        for name in ("fit", "evaluate", "predict"):
+            base.wrap_method(model, name, wrapper)
+
+
 def split_calls(model, rank, world):
     """fit and evaluate train and test on this process's shard; every process
     predicts everything; only the chief (rank 0) shows progress."""
@@ -85,11 +112,7 @@ def split_calls(model, rank, world):
     is_chief = rank == 0
 
     def quiet(kwargs):
-        if not is_chief:
-            kwargs["verbose"] = 0
-            callbacks = kwargs.get("callbacks") or []
-            kwargs["callbacks"] = [c for c in callbacks
-                                   if type(c).__name__ not in QUIET_CALLBACKS]
+        quiet_arguments(kwargs, is_chief)
 
     def fit(original):
         def run(*args, **kwargs):

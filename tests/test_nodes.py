@@ -1,7 +1,7 @@
 """Several machines, simulated by two "nodes" on 127.0.0.1: two `agnostic
 launch` processes with their own ports, each starting its script's processes
-on the engine's own distributed runtime (JAX, torch). The second machine's
-address is the only thing faked here: both nodes are this machine."""
+on the engine's own distributed runtime (TensorFlow, JAX, torch). The second
+machine's address is the only thing faked here: both nodes are this machine."""
 import json
 import os
 import signal
@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from tests import models
 from tests.conftest import ROOT, alive, engine_or_skip
 
 engine_or_skip()
@@ -18,16 +19,16 @@ engine_or_skip()
 from agnostic.launch.local import free_port  # noqa: E402
 
 ENGINE = os.environ.get("KERAS_BACKEND")
-# Devices per node: JAX splits each process's CPU in two, torch runs one
-# process per device.
+# Devices per node: JAX splits each process's CPU in two; torch runs one
+# process per device; a TensorFlow worker computes on its one CPU.
 DEVICES_PER_NODE = {"jax": 2, "torch": 1, "tensorflow": 1}[ENGINE]
 REPLICAS = 2 * DEVICES_PER_NODE
 BOUND_SECONDS = 60
 
 
-def start_node(rank, port, script, *arguments):
+def start_node(rank, port, script, *arguments, **variables):
     env = dict(os.environ, AGNOSTIC_CPU_DEVICES=str(DEVICES_PER_NODE),
-               AGNOSTIC_TEST_REPLICAS=str(REPLICAS))
+               AGNOSTIC_TEST_REPLICAS=str(REPLICAS), **variables)
     command = [sys.executable, "-m", "agnostic", "launch", "--nproc-per-node", "1",
                "--nnodes", "2", "--node-rank", str(rank), "--master", f"127.0.0.1:{port}",
                script] + [str(a) for a in arguments]
@@ -47,51 +48,103 @@ def finish(nodes, seconds=600):
     return [n.returncode for n in nodes], outputs, time.monotonic() - began
 
 
-if ENGINE in ("jax", "torch"):
+def test_two_nodes_train_like_one_device(tmp_path):
+    port = free_port()
+    script = os.path.join("tests", "scripts", "scenario.py")
+    nodes = [start_node(rank, port, script, "equivalence", REPLICAS, tmp_path)
+             for rank in (0, 1)]
+    codes, outputs, _ = finish(nodes)
+    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    lines = [l for out, _ in outputs for l in out.splitlines() if l.startswith("{")]
+    assert len(lines) == 1  # the chief alone prints
+    result = json.loads(lines[0])
+    assert result["num_replicas"] == REPLICAS
+    assert f"process 0 of {2 if ENGINE == 'jax' else REPLICAS}" in result["logs"][0]
+    assert result["model_vs_reference"] < 1e-5
+    np.testing.assert_allclose(*result["loss"], atol=1e-3)
+    np.testing.assert_allclose(*result["evaluate"], atol=1e-5)
 
-    def test_two_nodes_train_like_one_device(tmp_path):
+def test_only_the_chief_writes_files_and_shows_progress(tmp_path):
+    port = free_port()
+    script = os.path.join("tests", "scripts", "processes.py")
+    nodes = [start_node(rank, port, script, "files", tmp_path) for rank in (0, 1)]
+    codes, outputs, _ = finish(nodes)
+    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    saved = json.loads([l for l in outputs[0][0].splitlines() if l.startswith("{")][0])["saved"]
+    assert "rank_0.weights.h5" in saved and not [n for n in saved if n.startswith("rank_1")]
+    assert {"epoch_1.keras", "epoch_2.keras", "log.csv"} <= set(saved)
+    rows = (tmp_path / "log.csv").read_text().strip().splitlines()
+    assert rows[0].startswith("epoch") and len(rows) == 3  # one writer
+    printed = outputs[0][0] + outputs[1][0]
+    assert printed.count("Epoch 1/2") == 1 and printed.count("{") == 1
+
+
+def test_a_run_killed_on_one_node_resumes_from_its_backup(tmp_path):
+    script = os.path.join("tests", "scripts", "checkpoints.py")
+
+    def run(folder, **kill):
         port = free_port()
-        script = os.path.join("tests", "scripts", "scenario.py")
-        nodes = [start_node(rank, port, script, "equivalence", REPLICAS, tmp_path)
+        nodes = [start_node(rank, port, script, "resume", REPLICAS, folder, **kill)
                  for rank in (0, 1)]
-        codes, outputs, _ = finish(nodes)
-        assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
-        lines = [l for out, _ in outputs for l in out.splitlines() if l.startswith("{")]
-        assert len(lines) == 1  # the chief alone prints
-        result = json.loads(lines[0])
-        assert result["num_replicas"] == REPLICAS
-        assert f"process 0 of {2 if ENGINE == 'jax' else REPLICAS}" in result["logs"][0]
-        assert result["model_vs_reference"] < 1e-5
-        np.testing.assert_allclose(*result["loss"], atol=1e-3)
-        np.testing.assert_allclose(*result["evaluate"], atol=1e-5)
+        return finish(nodes)
 
-    def test_a_killed_worker_ends_every_node(tmp_path):
-        port = free_port()
-        script = os.path.join("tests", "scripts", "processes.py")
-        nodes = [start_node(rank, port, script, "sigkill", tmp_path) for rank in (0, 1)]
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "started").exists():
-            assert time.monotonic() < deadline and all(n.poll() is None for n in nodes)
-            time.sleep(0.1)
-        codes, outputs, elapsed = finish(nodes, seconds=BOUND_SECONDS + 30)
-        assert all(code != 0 for code in codes)
-        assert elapsed < BOUND_SECONDS
-        stderr = outputs[0][1] + outputs[1][1]
-        assert "(rank 1, node 1) exited with status -9" in stderr
-        time.sleep(1)
-        pids = [int(open(tmp_path / name).read()) for name in os.listdir(tmp_path)
-                if name.startswith("pid_")]
-        assert pids and not [pid for pid in pids if alive(pid)]
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    whole.mkdir(), broken.mkdir()
+    codes, outputs, _ = run(whole)
+    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    codes, _, _ = run(broken, KILL="2:3")  # the process of rank 1, on node 1
+    assert all(code != 0 for code in codes) and not (broken / "final.npz").exists()
+    codes, outputs, _ = run(broken)
+    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    assert '"epochs": [2, 3]' in outputs[0][0]
+    stored = [np.load(str(folder / "final.npz")) for folder in (whole, broken)]
+    weights = [[s[f"arr_{i}"] for i in range(len(s.files))] for s in stored]
+    assert models.relative_difference(*weights) < 1e-5
 
-else:
 
-    def test_tensorflow_workers_are_refused_before_training(tmp_path):
-        # Keras 3.15 fails inside fit under MultiWorkerMirroredStrategy; the
-        # shim says so before anything trains, on every node.
-        port = free_port()
-        script = os.path.join("tests", "scripts", "scenario.py")
-        nodes = [start_node(rank, port, script, "equivalence", 2, tmp_path) for rank in (0, 1)]
-        codes, outputs, elapsed = finish(nodes, seconds=BOUND_SECONDS + 30)
-        assert all(code != 0 for code in codes)
-        assert elapsed < BOUND_SECONDS
-        assert "cannot train under MultiWorkerMirroredStrategy" in outputs[0][1]
+def test_a_killed_worker_ends_every_node(tmp_path):
+    port = free_port()
+    script = os.path.join("tests", "scripts", "processes.py")
+    nodes = [start_node(rank, port, script, "sigkill", tmp_path) for rank in (0, 1)]
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline and all(n.poll() is None for n in nodes)
+        time.sleep(0.1)
+    codes, outputs, elapsed = finish(nodes, seconds=BOUND_SECONDS + 30)
+    assert all(code != 0 for code in codes)
+    assert elapsed < BOUND_SECONDS
+    stderr = outputs[0][1] + outputs[1][1]
+    assert "(rank 1, node 1) exited with status -9" in stderr
+    time.sleep(1)
+    pids = [int(open(tmp_path / name).read()) for name in os.listdir(tmp_path)
+            if name.startswith("pid_")]
+    assert pids and not [pid for pid in pids if alive(pid)]
+
+
+def test_tensorflow_workers_from_a_hand_written_tf_config(tmp_path):
+    # No launcher: two processes started as a user would, each with its own
+    # TF_CONFIG; agnostic's start-up hook makes their strategy.
+    if ENGINE != "tensorflow":
+        return  # TF_CONFIG is TensorFlow's; the other engines are tested above
+    ports = [free_port(), free_port()]
+    script = os.path.join("tests", "scripts", "scenario.py")
+    workers = []
+    for index in (0, 1):
+        config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                  "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(config), AGNOSTIC_TEST_REPLICAS="2")
+        env.pop("AGNOSTIC_CPU_DEVICES", None)
+        workers.append(subprocess.Popen(
+            [sys.executable, script, "equivalence", "2", str(tmp_path)],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True))
+    codes, outputs, _ = finish(workers)
+    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    lines = [l for out, _ in outputs for l in out.splitlines() if l.startswith("{")]
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["strategy"] == "tf-mirrored" and result["num_replicas"] == 2
+    assert result["model_vs_reference"] < 1e-5
+    assert result["template_vs_reference"] < 1e-5
+    np.testing.assert_allclose(*result["loss"], atol=1e-3)
+    np.testing.assert_allclose(*result["evaluate"], atol=1e-5)

@@ -115,3 +115,31 @@ def test_cpu_devices_variable(raw, expected):
 def test_bad_cpu_devices_variable(raw):
     with pytest.raises(agnostic.DeviceRequestError, match="AGNOSTIC_CPU_DEVICES must be"):
         devices.requested_cpu_devices({"AGNOSTIC_CPU_DEVICES": raw})
+
+
+def test_tf_config_with_several_workers_is_read_without_the_engine():
+    config = ('{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},'
+              ' "task": {"type": "worker", "index": 1}}')
+    assert devices.tf_config_workers({"TF_CONFIG": config}) == (
+        ["10.0.0.1:2222", "10.0.0.2:2222"], 1)
+    one = '{"cluster": {"worker": ["10.0.0.1:2222"]}, "task": {"type": "worker", "index": 0}}'
+    for value in ("", "not json", "{}", one):
+        assert devices.tf_config_workers({"TF_CONFIG": value}) is None
+
+
+def test_configured_backend_reads_the_variable_then_keras_json(tmp_path):
+    assert devices.configured_backend({"KERAS_BACKEND": "jax"}) == "jax"
+    (tmp_path / "keras.json").write_text('{"backend": "torch"}')
+    assert devices.configured_backend({"KERAS_HOME": str(tmp_path)}) == "torch"
+    assert devices.configured_backend({"KERAS_HOME": str(tmp_path / "none")}) == "tensorflow"
+
+
+def test_tensorflow_workers_span_processes():
+    names = ("/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0")
+    listing = DeviceListing(names, names[0], accelerators=False, num_processes=2,
+                            process_id=1)
+    chosen = plan.decide("tensorflow", listing)
+    assert (chosen.strategy, chosen.num_replicas, chosen.num_processes,
+            chosen.process_id) == ("tf-mirrored", 2, 2, 1)
+    with pytest.raises(agnostic.DeviceRequestError, match="2 processes"):
+        plan.decide("tensorflow", listing, gpus=4)

@@ -33,7 +33,35 @@ class JaxDataParallelStrategy(base.Strategy):
         )
         if plan.num_processes > 1:
             _predict_locally(model, template)  # outermost: outside the mesh
+            _save_outside_the_mesh(model)
         return model
+
+
+def _save_outside_the_mesh(model):
+    """The chief saves alone, so nothing in a save may wait for the others.
+
+    Keras's save makes a throwaway optimizer, whose variable, made under the
+    active distribution, is placed on every process's devices: a step all
+    processes must take together. Callbacks (ModelCheckpoint,
+    BackupAndRestore) save inside fit, under the model's distribution, so
+    saves run with no distribution active; the weights read the same.
+    """
+    import keras
+
+    def wrap(original):
+        def run(*args, **kwargs):
+            active = keras.distribution.distribution()
+            keras.distribution.set_distribution(None)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                keras.distribution.set_distribution(active)
+
+        return run
+
+    for name in ("save", "save_weights", "export"):
+        if hasattr(model, name):
+            base.wrap_method(model, name, wrap)
 
 
 def _predict_locally(model, template):

@@ -1,4 +1,5 @@
-"""tf-mirrored: tf.distribute.MirroredStrategy over the plan's devices.
+"""tf-mirrored: tf.distribute.MirroredStrategy over the plan's devices
+(several workers: see tf_workers).
 
 With cpu_relocation=True the variables live once, on the CPU, and the
 devices compute (the engine's CentralStorageStrategy): the legacy
@@ -7,9 +8,9 @@ multi_gpu_model kept the template's weights on the CPU the same way.
 import contextlib
 import itertools
 import logging
+import warnings
 
-from agnostic import errors
-from agnostic.strategies import base
+from agnostic.strategies import base, tf_workers
 
 LOGGER = logging.getLogger("agnostic")
 _STRATEGIES_MADE = itertools.count(1)
@@ -43,15 +44,13 @@ class TFMirroredStrategy(base.Strategy):
 
     def compile(self, template, compile_kwargs):
         if self.plan.num_processes > 1:
-            raise errors.NotSupportedError(
-                f"TF_CONFIG asks for {self.plan.num_processes} TensorFlow workers, but "
-                "Keras 3.15 cannot train under MultiWorkerMirroredStrategy: its "
-                "fit reduces per-replica values across workers in ways the "
-                "strategy refuses (building the model from a first batch, and "
-                "the metrics of every step). Nothing was trained. For several "
-                "machines use KERAS_BACKEND=jax or torch with the same script "
-                "and `agnostic launch`."
-            )
+            if self.cpu_relocation:
+                warnings.warn(
+                    "cpu_relocation=True changes nothing across TensorFlow workers: "
+                    "each worker keeps its own copy of the variables.",
+                    UserWarning, stacklevel=3,
+                )
+            return tf_workers.compile(self.plan, template, compile_kwargs)
         strategy = self.distribution()
         if not self.cpu_relocation:
             model = base.build_replica_model(template, strategy.scope(), compile_kwargs)

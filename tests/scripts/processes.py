@@ -61,7 +61,7 @@ def main():
     elif MODE == "files":
         checkpoint = keras.callbacks.ModelCheckpoint(os.path.join(FOLDER, "epoch_{epoch}.keras"))
         csv = keras.callbacks.CSVLogger(os.path.join(FOLDER, "log.csv"))
-        model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[checkpoint, csv])
+        model.fit(x, y, batch_size=16, epochs=2, verbose=2, callbacks=[checkpoint, csv])
         model.save_weights(os.path.join(FOLDER, f"rank_{rank}.weights.h5"))
         result = {"saved": sorted(os.listdir(FOLDER))}
     elif MODE == "inputs":

@@ -35,6 +35,9 @@ def equivalence(replicas, folder):
                              shuffle=False, verbose=0).history
     template = models.build(keras, seed_value=99)  # other weights, then the same
     template.set_weights(initial)
+    if agnostic.resolve(gpus=replicas).process_id != 0:
+        # Other processes' templates differ: everyone starts from process 0's.
+        template.set_weights([w + 1 for w in initial])
     records = Records()
     logging.getLogger("agnostic").addHandler(records)
     logging.getLogger("agnostic").setLevel(logging.INFO)

@@ -1,0 +1,99 @@
+"""tf-mirrored across several workers: the engine's MultiWorkerMirroredStrategy
+(from TF_CONFIG, made as TensorFlow is imported), and the three places where
+Keras 3.15's fit needs help under it.
+"""
+from agnostic import _startup, errors, sharding
+from agnostic.strategies import base
+
+
+def strategy(plan):
+    """The workers' strategy, made when TensorFlow was imported."""
+    if "strategy" in _startup.TF_WORKERS:
+        return _startup.TF_WORKERS["strategy"]
+    if "error" in _startup.TF_WORKERS:
+        cause = f"it failed: {_startup.TF_WORKERS['error']}"
+    else:
+        cause = ("TensorFlow was imported before agnostic could make it (is "
+                 "agnostic installed in this environment, so that its start-up "
+                 "hook runs when TF_CONFIG is set?)")
+    raise errors.LaunchError(
+        f"TF_CONFIG names {plan.num_processes} TensorFlow workers, which train "
+        "with MultiWorkerMirroredStrategy; the engine allows that strategy only "
+        f"before it runs anything, and {cause}. Install agnostic with pip in "
+        "the environment that runs the script (`agnostic launch` sets TF_CONFIG "
+        "for you), and check that every worker's address in TF_CONFIG is free "
+        "on its machine."
+    )
+
+
+def compile(plan, template, compile_kwargs):
+    workers = strategy(plan)
+    _chief_weights(workers, template)
+    model = base.build_replica_model(template, workers.scope(), compile_kwargs)
+    _build_from_local_batch(model, workers)
+    _one_value_per_replica(model)
+    is_chief = plan.process_id == 0
+    base.wrap_returned_model(model, template, plan.num_replicas, is_chief=is_chief)
+    sharding.quiet_unless_chief(model, is_chief)
+    return model
+
+
+def _chief_weights(workers, template):
+    """Every worker starts from the chief's weights (workers may build their
+    templates with different random initial values)."""
+    import numpy as np
+    import tensorflow as tf
+
+    chief = workers.cluster_resolver.task_id == 0
+    weights = template.get_weights()
+
+    def value(weight):
+        return lambda context: tf.constant(
+            weight if chief and context.replica_id_in_sync_group == 0 else np.zeros_like(weight)
+        )
+
+    template.set_weights([
+        workers.reduce("SUM", workers.experimental_distribute_values_from_function(value(w)),
+                       axis=None).numpy()
+        for w in weights
+    ])
+
+
+def _build_from_local_batch(model, workers):
+    # Keras builds the metrics and optimizer from a first batch, which it
+    # first averages over every replica; across workers the engine refuses
+    # that ("Tensor conversion requested ... PerReplica"). The shapes are all
+    # the build needs, so this worker's first replica's batch serves.
+    import tensorflow as tf
+
+    def local(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return workers.experimental_local_results(value)[0]
+        return value
+
+    def build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(local, next(batches))
+                break
+        with workers.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    model._maybe_symbolic_build = build
+
+
+def _one_value_per_replica(model):
+    # Keras averages each step's logs over the workers along axis 0, which a
+    # scalar metric does not have ("Invalid reduction dimension 0"): each
+    # replica reports its values with a leading axis of 1, so the average
+    # over that axis is the average over the replicas, whatever the shape.
+    import tensorflow as tf
+
+    def reshaped(original):
+        def run(data):
+            return tf.nest.map_structure(lambda v: tf.expand_dims(v, 0), original(data))
+
+        return run
+
+    for name in ("train_step", "test_step"):
+        base.wrap_method(model, name, reshaped)

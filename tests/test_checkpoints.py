@@ -76,6 +76,21 @@ def test_saves_replace_the_file_whole(tmp_path):
     assert sorted(os.listdir(tmp_path)) == [os.path.basename(path)]
 
 
+if os.environ.get("KERAS_BACKEND") in ("tensorflow", "jax"):  # the model is a copy there
+
+    def test_the_template_saves_whole_too(tmp_path):
+        template = models.build(keras)
+        agnostic.backend_agnostic_compile(template, optimizer="sgd", gpus=2, loss="mse")
+        agnostic.backend_agnostic_compile(template, optimizer="sgd", gpus=2, loss="mse")
+        path = models.model_file(keras, tmp_path, "template")
+        template.save(path)
+        first = os.stat(path).st_ino
+        template.save(path)
+        assert os.stat(path).st_ino != first
+        assert sorted(os.listdir(tmp_path)) == [os.path.basename(path)]
+        assert keras.models.load_model(path).count_params() == template.count_params()
+
+
 def run_resume(folder, replicas, **kill):
     env = dict(os.environ, **kill)
     return subprocess.run([sys.executable, SCRIPT, "resume", str(replicas), str(folder)],

@@ -107,10 +107,16 @@ def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_ch
                         "predict_on_batch"):
         wrap_method(model, method_name, checked(method_name))
     guard_files(model, is_chief)
+    if template is not model:
+        # The template receives the weights: the script may save it instead.
+        guard_files(template, is_chief)
 
 
 def guard_files(model, is_chief=True):
     """Atomic saves on the chief, none elsewhere; loads that name bad files."""
+    if getattr(model, "_agnostic_files_guarded", False):
+        return  # a template compiled again
+    model._agnostic_files_guarded = True
     for name in ("save", "save_weights", "export"):
         if hasattr(model, name):
             if is_chief:

@@ -48,6 +48,31 @@ def step_timer(keras):
     return StepTimer()
 
 
+def step_call_counter(keras, package_folder):
+    """A callback that counts calls into `package_folder`'s code during steps."""
+
+    class CallCounter(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.calls, self.steps = 0, 0
+
+        def count(self, frame, event, argument):
+            if event == "call" and frame.f_code.co_filename.startswith(package_folder):
+                self.calls += 1
+
+        def on_train_batch_begin(self, batch, logs=None):
+            sys.setprofile(self.count)
+
+        def on_train_batch_end(self, batch, logs=None):
+            sys.setprofile(None)
+            self.steps += 1
+
+        def per_step(self):
+            return self.calls / max(self.steps, 1)
+
+    return CallCounter()
+
+
 def median(values):
     return statistics.median(values) if values else float("nan")
 

@@ -12,8 +12,14 @@ is timed in fresh processes, alternating too.
     python benchmarks/overhead.py                # full run, a few minutes
     python benchmarks/overhead.py --smoke        # seconds: checks it runs
 
-torch on several devices runs one process per device and has no hand-written
-counterpart here yet (see the README); torch on one device is measured.
+A third model, a second copy of the native way, runs in the same rotation: its
+ratio to the first native one is the noise floor of the measurement. torch on
+several devices runs one process per device (the shim starts them); its
+native counterpart is the hand-written loop of Keras's own guide to
+distributed training with torch (the Keras model inside torch's
+DistributedDataParallel), run in the same processes. The number of calls into
+agnostic's code during each step is counted too (0 where the shim adds
+nothing per step).
 """
 import argparse
 import os
@@ -42,6 +48,8 @@ def native(keras, template, devices):
     if devices == 1:
         template.compile(**compile_args)
         return template
+    if backend == "torch":
+        return TorchDDPLoop(keras, template)
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -59,6 +67,39 @@ def native(keras, template, devices):
         model.set_weights(template.get_weights())
         model.compile(**compile_args)
     return model
+
+
+class TorchDDPLoop:
+    """Hand-written data parallelism on torch, as Keras's guide writes it:
+    the model inside DistributedDataParallel, a plain loop, each process on
+    its share of every global batch. Needs the process group (the shim's)."""
+
+    def __init__(self, keras, template):
+        import torch
+        import torch.distributed as dist
+
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.parallel = torch.nn.parallel.DistributedDataParallel(template)
+        self.optimizer = torch.optim.SGD(template.parameters(), lr=0.01)  # Keras's "sgd"
+        self.loss = keras.losses.SparseCategoricalCrossentropy()
+
+    def fit(self, x, y, batch_size, callbacks=(), **ignored):
+        import torch
+
+        share = batch_size // self.world
+        for step in range(len(x) // batch_size):
+            for callback in callbacks:
+                callback.on_train_batch_begin(step)
+            first = step * batch_size + self.rank * share
+            inputs = torch.as_tensor(x[first:first + share])
+            targets = torch.as_tensor(y[first:first + share])
+            self.optimizer.zero_grad()
+            loss = self.loss(targets, self.parallel(inputs))
+            loss.backward()
+            self.optimizer.step()
+            loss.item()
+            for callback in callbacks:
+                callback.on_train_batch_end(step)
 
 
 def shim(keras, template, devices):
@@ -83,19 +124,32 @@ def child(arguments):
                                                       arguments.features), devices)
         first = model.train_on_batch(x[:arguments.batch], y[:arguments.batch])
         return {"startup": time.perf_counter() - began, "loss": float(np.ravel(first)[0])}
-    models = {way: make[way](keras, build(keras, arguments.width, arguments.features), devices)
-              for way in ("native", "shim")}
+    # The shim first: on torch it starts the processes the native loop uses.
+    # "control" is a second native model, the noise floor.
+    ways = ("shim", "native", "control")
+    models = {way: make[way.replace("control", "native")](
+        keras, build(keras, arguments.width, arguments.features), devices) for way in ways}
     for model in models.values():  # warm-up: tracing and compilation
         model.fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0)
-    steps = {"native": [], "shim": []}
+    steps = {way: [] for way in ways}
     for repeat in range(arguments.repeats):
-        # Alternate which goes first, so that order does not favour either.
-        for way in (("native", "shim") if repeat % 2 == 0 else ("shim", "native")):
+        # Rotate which goes first, so that order does not favour any.
+        for way in ways[repeat % 3:] + ways[:repeat % 3]:
             timer = common.step_timer(keras)
             models[way].fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0,
                             shuffle=False, callbacks=[timer])
             steps[way].append(common.median(timer.seconds[1:] or timer.seconds))
+    counter = common.step_call_counter(keras, os.path.dirname(agnostic_file()))
+    models["shim"].fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0, shuffle=False,
+                       callbacks=[counter])
+    steps["agnostic_calls_per_step"] = counter.per_step()
     return steps
+
+
+def agnostic_file():
+    import agnostic
+
+    return agnostic.__file__
 
 
 def measure(engine, devices, options):
@@ -104,8 +158,12 @@ def measure(engine, devices, options):
             str(options.width), "--features", str(options.features)]
     steps = common.run_child(SCRIPT, base, engine, devices)
     ratios = [s / n for s, n in zip(steps["shim"], steps["native"])]
+    controls = [c / n for c, n in zip(steps["control"], steps["native"])]
     startup = {"native": [], "shim": []}
-    for _ in range(options.startups):
+    # torch on several devices: the shim's start-up includes starting the
+    # processes, which hand-written code leaves to torchrun: not comparable.
+    processes = engine == "torch" and devices > 1
+    for _ in range(0 if processes else options.startups):
         for way in ("native", "shim"):
             startup[way].append(common.run_child(SCRIPT, base + ["--startup", way],
                                                  engine, devices)["startup"])
@@ -114,6 +172,9 @@ def measure(engine, devices, options):
         "native_ms": 1000 * common.median(steps["native"]),
         "shim_ms": 1000 * common.median(steps["shim"]),
         "ratio": common.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+        "control": common.median(controls), "control_min": min(controls),
+        "control_max": max(controls),
+        "agnostic_calls_per_step": steps["agnostic_calls_per_step"],
         "startup_native_s": common.median(startup["native"]),
         "startup_shim_s": common.median(startup["shim"]),
     }
@@ -121,14 +182,21 @@ def measure(engine, devices, options):
 
 def table(results):
     rows = ["| engine | devices | native ms/step | shim ms/step | ratio | spread (min-max) "
+            "| noise: native / native (min-max) | agnostic calls per step "
             "| start-up native s | start-up shim s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         rows.append(
             f"| {r['engine']} | {r['devices']} | {r['native_ms']:.1f} | {r['shim_ms']:.1f} "
             f"| {r['ratio']:.3f} | {r['ratio_min']:.3f}-{r['ratio_max']:.3f} "
-            f"| {r['startup_native_s']:.2f} | {r['startup_shim_s']:.2f} |")
+            f"| {r['control']:.3f} ({r['control_min']:.3f}-{r['control_max']:.3f}) "
+            f"| {r['agnostic_calls_per_step']:g} "
+            f"| {seconds(r['startup_native_s'])} | {seconds(r['startup_shim_s'])} |")
     return "\n".join(rows)
+
+
+def seconds(value):
+    return "n/a" if value != value else f"{value:.2f}"  # NaN: not measured
 
 
 def chart(results, path):
@@ -181,8 +249,6 @@ def main():
     results = []
     for engine in common.installed(options.engines.split(",")):
         for devices in map(int, options.devices.split(",")):
-            if engine == "torch" and devices > 1:
-                continue  # one process per device: no hand-written counterpart yet
             results.append(measure(engine, devices, options))
             print(table(results[-1:]).splitlines()[-1], flush=True)
     common.write(options.out, "overhead", results, table(results))

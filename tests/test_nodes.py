@@ -63,6 +63,7 @@ def test_two_nodes_train_like_one_device(tmp_path):
     assert result["model_vs_reference"] < 1e-5
     np.testing.assert_allclose(*result["loss"], atol=1e-3)
     np.testing.assert_allclose(*result["evaluate"], atol=1e-5)
+    assert result["predict"] < 1e-5  # every sample, in order
 
 def test_only_the_chief_writes_files_and_shows_progress(tmp_path):
     port = free_port()
@@ -148,3 +149,4 @@ def test_tensorflow_workers_from_a_hand_written_tf_config(tmp_path):
     assert result["template_vs_reference"] < 1e-5
     np.testing.assert_allclose(*result["loss"], atol=1e-3)
     np.testing.assert_allclose(*result["evaluate"], atol=1e-5)
+    assert result["predict"] < 1e-5

@@ -78,6 +78,7 @@ def test_only_the_chief_writes_files_and_shows_progress(tmp_path):
     assert rows[0].startswith("epoch") and len(rows) == 3  # one writer
     printed = outputs[0][0] + outputs[1][0]
     assert printed.count("Epoch 1/2") == 1 and printed.count("{") == 1
+    assert printed.count("printed by rank") == 1  # the chief's output alone
 
 
 def test_a_run_killed_on_one_node_resumes_from_its_backup(tmp_path):

@@ -82,8 +82,11 @@ def run(command, nproc, nnodes=1, node_rank=0, master="127.0.0.1:29400"):
     processes = []
     for local_rank in range(nproc):
         env = dict(os.environ, **environment(cluster, node_rank, local_rank, host, port))
+        chief = cluster.first_rank(node_rank) + local_rank == 0
+        # As on one machine: the chief's output alone; every process's errors.
         processes.append(subprocess.Popen(
             [sys.executable] + list(command), env=env, preexec_fn=local._die_with_parent,
+            stdout=None if chief else subprocess.DEVNULL,
         ))
     return _supervise(processes, cluster.first_rank(node_rank), party, node_rank)
 

@@ -102,6 +102,7 @@ def test_only_the_chief_writes_files(tmp_path):
     rows = open(tmp_path / "log.csv").read().strip().splitlines()
     assert rows[0].startswith("epoch") and len(rows) == 3  # one writer, no clobbering
     assert stdout.count("{") == 1  # one result printed
+    assert stdout.count("printed by rank") == 1  # the workers' output is discarded
 
 
 def test_validation_split_and_pydataset_train_like_one_device(tmp_path):

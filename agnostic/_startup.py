@@ -13,7 +13,9 @@ when either variable is set; `import agnostic` calls it too.
 """
 import importlib.abc
 import os
+import signal
 import sys
+import time
 import warnings
 
 from agnostic import devices as devices_lib
@@ -23,6 +25,13 @@ from agnostic import errors
 # The TensorFlow workers' strategy, made as TensorFlow is imported: the
 # strategy (or the error that prevented it) under "strategy" / "error".
 TF_WORKERS = {}
+JOIN_VARIABLE = "AGNOSTIC_JOIN_SECONDS"
+
+
+def join_seconds():
+    """How long processes wait for each other as the engine starts."""
+    raw = os.environ.get(JOIN_VARIABLE, "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 60
 
 
 def _split_tensorflow(tf, count):
@@ -42,10 +51,47 @@ def _join_tensorflow(tf):
     if TF_WORKERS or not devices_lib.tf_config_workers() \
             or devices_lib.configured_backend() != "tensorflow":
         return
+    # The engine waits, without limit, until every worker has started.
+    workers, task = devices_lib.tf_config_workers()
+    seconds = join_seconds()
+    watchdog = _watchdog(seconds, (
+        f"agnostic: TensorFlow worker {task} of {len(workers)} did not reach every "
+        f"worker named in TF_CONFIG ({', '.join(workers)}) within {seconds} s, so "
+        "nothing was trained. Start every worker (or use `agnostic launch`, which "
+        "starts them together), check the addresses and that their ports are "
+        f"open, or set {JOIN_VARIABLE} to wait longer."
+    ))
     try:
         TF_WORKERS["strategy"] = tf.distribute.MultiWorkerMirroredStrategy()
     except Exception as error:  # the engine raises several types here
         TF_WORKERS["error"] = error
+    finally:
+        _stop(watchdog)
+
+
+def _watchdog(seconds, message):
+    """A process that ends this one after `seconds`, saying why, unless
+    stopped first. The engine waits inside its runtime holding the
+    interpreter, where no thread or signal handler of ours would run."""
+    if not hasattr(os, "fork"):
+        return None
+    parent = os.getpid()
+    child = os.fork()
+    if child:
+        return child
+    try:  # the child: only calls that need no lock another thread may hold
+        time.sleep(seconds)
+        if os.getppid() == parent:
+            os.write(2, message.encode() + b"\n")
+            os.kill(parent, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _stop(watchdog):
+    if watchdog:
+        os.kill(watchdog, signal.SIGKILL)
+        os.waitpid(watchdog, 0)
 
 
 def _split_jax(jax, count):
@@ -64,6 +110,7 @@ def _join_jax(jax):
             coordinator_address=os.environ["KERAS_DISTRIBUTION_JOB_ADDRESSES"].split(",")[0],
             num_processes=processes,
             process_id=int(os.environ["KERAS_DISTRIBUTION_PROCESS_ID"]),
+            initialization_timeout=join_seconds(),
         )
 
 

@@ -123,31 +123,59 @@ def test_a_killed_worker_ends_every_node(tmp_path):
     assert pids and not [pid for pid in pids if alive(pid)]
 
 
-def test_tensorflow_workers_from_a_hand_written_tf_config(tmp_path):
-    # No launcher: two processes started as a user would, each with its own
-    # TF_CONFIG; agnostic's start-up hook makes their strategy.
-    if ENGINE != "tensorflow":
-        return  # TF_CONFIG is TensorFlow's; the other engines are tested above
-    ports = [free_port(), free_port()]
-    script = os.path.join("tests", "scripts", "scenario.py")
-    workers = []
-    for index in (0, 1):
-        config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                  "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(config), AGNOSTIC_TEST_REPLICAS="2")
+if ENGINE == "tensorflow":  # TF_CONFIG is TensorFlow's
+
+    def test_tensorflow_workers_from_a_hand_written_tf_config(tmp_path):
+        # No launcher: two processes started as a user would, each with its own
+        # TF_CONFIG; agnostic's start-up hook makes their strategy.
+        ports = [free_port(), free_port()]
+        script = os.path.join("tests", "scripts", "scenario.py")
+        workers = []
+        for index in (0, 1):
+            config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                      "task": {"type": "worker", "index": index}}
+            env = dict(os.environ, TF_CONFIG=json.dumps(config), AGNOSTIC_TEST_REPLICAS="2")
+            env.pop("AGNOSTIC_CPU_DEVICES", None)
+            workers.append(subprocess.Popen(
+                [sys.executable, script, "equivalence", "2", str(tmp_path)],
+                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True))
+        codes, outputs, _ = finish(workers)
+        assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+        lines = [l for out, _ in outputs for l in out.splitlines() if l.startswith("{")]
+        assert len(lines) == 1
+        result = json.loads(lines[0])
+        assert result["strategy"] == "tf-mirrored" and result["num_replicas"] == 2
+        assert result["model_vs_reference"] < 1e-5
+        assert result["template_vs_reference"] < 1e-5
+        np.testing.assert_allclose(*result["loss"], atol=1e-3)
+        np.testing.assert_allclose(*result["evaluate"], atol=1e-5)
+        assert result["predict"] < 1e-5
+
+
+if ENGINE != "torch":  # torchrun and agnostic launch meet before torch starts
+
+    def test_a_process_whose_peers_never_start_ends_within_the_bound(tmp_path):
+        # Set by hand, without the launcher (which starts every process
+        # together): this process's peer never starts. The engine's runtime would
+        # wait without limit (TensorFlow) or for 5 minutes (JAX).
+        port = free_port()
+        env = dict(os.environ, AGNOSTIC_JOIN_SECONDS="5")
         env.pop("AGNOSTIC_CPU_DEVICES", None)
-        workers.append(subprocess.Popen(
-            [sys.executable, script, "equivalence", "2", str(tmp_path)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True))
-    codes, outputs, _ = finish(workers)
-    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
-    lines = [l for out, _ in outputs for l in out.splitlines() if l.startswith("{")]
-    assert len(lines) == 1
-    result = json.loads(lines[0])
-    assert result["strategy"] == "tf-mirrored" and result["num_replicas"] == 2
-    assert result["model_vs_reference"] < 1e-5
-    assert result["template_vs_reference"] < 1e-5
-    np.testing.assert_allclose(*result["loss"], atol=1e-3)
-    np.testing.assert_allclose(*result["evaluate"], atol=1e-5)
-    assert result["predict"] < 1e-5
+        if ENGINE == "tensorflow":
+            env["TF_CONFIG"] = json.dumps({
+                "cluster": {"worker": [f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"]},
+                "task": {"type": "worker", "index": 0}})
+        else:
+            env.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{port}",
+                       KERAS_DISTRIBUTION_NUM_PROCESSES="2", KERAS_DISTRIBUTION_PROCESS_ID="0")
+        script = os.path.join("tests", "scripts", "scenario.py")
+        began = time.monotonic()
+        result = subprocess.run([sys.executable, script, "equivalence", "2", str(tmp_path)],
+                                cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=BOUND_SECONDS + 60)
+        assert result.returncode != 0
+        assert time.monotonic() - began < BOUND_SECONDS
+        if ENGINE == "tensorflow":
+            assert "did not reach every worker named in TF_CONFIG" in result.stderr
+            assert "AGNOSTIC_JOIN_SECONDS" in result.stderr

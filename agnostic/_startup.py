@@ -48,11 +48,11 @@ def _join_tensorflow(tf):
     # The strategy configures the engine's collective runtime, which
     # TensorFlow accepts only before it has run anything: the user's script
     # builds its model before calling backend_agnostic_compile.
-    if TF_WORKERS or not devices_lib.tf_config_workers() \
-            or devices_lib.configured_backend() != "tensorflow":
+    cluster = devices_lib.tf_config_workers()
+    if TF_WORKERS or not cluster or devices_lib.configured_backend() != "tensorflow":
         return
     # The engine waits, without limit, until every worker has started.
-    workers, task = devices_lib.tf_config_workers()
+    workers, task = cluster
     seconds = join_seconds()
     watchdog = _watchdog(seconds, (
         f"agnostic: TensorFlow worker {task} of {len(workers)} did not reach every "

@@ -54,11 +54,12 @@ def backend_agnostic_compile(
     _check_arguments(model, cpu_merge, cpu_relocation)
     plan = plan_lib.resolve(gpus)
     plan_lib.announce(plan)
-    if cpu_relocation and plan.strategy in NOT_RELOCATED:
+    why = _not_relocated(plan) if cpu_relocation else None
+    if why:
         warnings.warn(
             f"cpu_relocation=True changes nothing with the {plan.strategy} "
-            f"strategy: {NOT_RELOCATED[plan.strategy]}. It applies to "
-            "TensorFlow on several devices.",
+            f"strategy: {why}. It applies to TensorFlow on several devices "
+            "of one machine.",
             UserWarning, stacklevel=2,
         )
     strategy = strategies.get(plan.strategy)(
@@ -66,6 +67,12 @@ def backend_agnostic_compile(
     )
     compile_kwargs.update(loss=loss, optimizer=optimizer, metrics=metrics)
     return strategy.compile(model, compile_kwargs)
+
+
+def _not_relocated(plan):
+    if plan.strategy == "tf-mirrored" and plan.num_processes > 1:
+        return "each TensorFlow worker keeps its own copy of the variables"
+    return NOT_RELOCATED.get(plan.strategy)
 
 
 def _check_arguments(model, cpu_merge, cpu_relocation):

@@ -84,8 +84,8 @@ def quiet_arguments(kwargs, is_chief):
         kwargs["callbacks"] = [c for c in callbacks if type(c).__name__ not in QUIET_CALLBACKS]
 
 
-def quiet_unless_chief(model, is_chief):
-    """fit, evaluate and predict show nothing on the other processes."""
+def quiet_unless_chief(model, is_chief, names=("fit", "evaluate", "predict")):
+    """These methods show nothing on the other processes."""
     from agnostic.strategies import base
 
     def wrapper(original):
@@ -99,7 +99,7 @@ def quiet_unless_chief(model, is_chief):
         return run
 
     if not is_chief:
-        for name in ("fit", "evaluate", "predict"):
+        for name in names:
             base.wrap_method(model, name, wrapper)
 
 
@@ -110,9 +110,6 @@ def split_calls(model, rank, world):
     from agnostic.strategies import base
 
     is_chief = rank == 0
-
-    def quiet(kwargs):
-        quiet_arguments(kwargs, is_chief)
 
     def fit(original):
         def run(*args, **kwargs):
@@ -134,7 +131,7 @@ def split_calls(model, rank, world):
                                              list(validation[1:]), val_batch, rank, world)
                 given["validation_data"] = (val_x,) + tuple(rest)
                 given["validation_batch_size"] = val_batch // world
-            quiet(given)
+            quiet_arguments(given, is_chief)
             if given.get("callbacks"):
                 given["callbacks"] = backup.swap_callbacks(given["callbacks"], is_chief)
             return original(x, y, **given)
@@ -149,21 +146,14 @@ def split_calls(model, rank, world):
             batching.check_call("evaluate", original, world, (), given)
             x, y = given.pop("x", None), given.pop("y", None)
             x, y, given = shard_inputs("evaluate", x, y, given, rank, world)
-            quiet(given)
+            quiet_arguments(given, is_chief)
             return original(x, y, **given)
-
-        return run
-
-    def predict(original):
-        def run(*args, **kwargs):
-            quiet(kwargs)
-            return original(*args, **kwargs)
 
         return run
 
     base.wrap_method(model, "fit", fit)
     base.wrap_method(model, "evaluate", evaluate)
-    base.wrap_method(model, "predict", predict)
+    quiet_unless_chief(model, is_chief, ("predict",))
 
 
 def split_validation(x, y, kwargs, split):

@@ -8,7 +8,6 @@ multi_gpu_model kept the template's weights on the CPU the same way.
 import contextlib
 import itertools
 import logging
-import warnings
 
 from agnostic.strategies import base, tf_workers
 
@@ -43,13 +42,7 @@ class TFMirroredStrategy(base.Strategy):
         return strategy
 
     def compile(self, template, compile_kwargs):
-        if self.plan.num_processes > 1:
-            if self.cpu_relocation:
-                warnings.warn(
-                    "cpu_relocation=True changes nothing across TensorFlow workers: "
-                    "each worker keeps its own copy of the variables.",
-                    UserWarning, stacklevel=3,
-                )
+        if self.plan.num_processes > 1:  # cpu_relocation: compile warns
             return tf_workers.compile(self.plan, template, compile_kwargs)
         strategy = self.distribution()
         if not self.cpu_relocation:

@@ -1,5 +1,6 @@
 """What both benchmarks share: running one engine per child process, timing
 steps with a callback, and writing JSON and Markdown."""
+import argparse
 import importlib.util
 import json
 import os
@@ -10,6 +11,35 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINES = ("tensorflow", "jax", "torch")
+
+
+def model_options(doc, devices, repeats):
+    """The command line of the benchmarks that train overhead.py's model."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--devices", default=devices)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--features", type=int, default=1024)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
+    return parser
+
+
+def smoke_sizes(options):
+    """Seconds instead of minutes: checks that a benchmark runs, times nothing."""
+    options.batch, options.steps, options.repeats = 8, 3, 2
+    options.width, options.features, options.devices = 16, 8, "2"
+    options.out = os.path.join(options.out, "smoke")
+
+
+def child_arguments(options, devices):
+    """What a child process needs of `options` (see model_options)."""
+    return ["--devices", str(devices), "--batch", str(options.batch), "--steps",
+            str(options.steps), "--repeats", str(options.repeats), "--width",
+            str(options.width), "--features", str(options.features)]
 
 
 def installed(engines):

@@ -153,9 +153,7 @@ def agnostic_file():
 
 
 def measure(engine, devices, options):
-    base = ["--devices", str(devices), "--batch", str(options.batch), "--steps",
-            str(options.steps), "--repeats", str(options.repeats), "--width",
-            str(options.width), "--features", str(options.features)]
+    base = common.child_arguments(options, devices)
     steps = common.run_child(SCRIPT, base, engine, devices)
     ratios = [s / n for s, n in zip(steps["shim"], steps["native"])]
     controls = [c / n for c, n in zip(steps["control"], steps["native"])]
@@ -224,28 +222,18 @@ def chart(results, path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser = common.model_options(__doc__, devices="1,2,4", repeats=5)
     parser.add_argument("--startup", choices=["native", "shim"], help=argparse.SUPPRESS)
     parser.add_argument("--engines", default=",".join(common.ENGINES))
-    parser.add_argument("--devices", default="1,2,4")
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--startups", type=int, default=3)
-    parser.add_argument("--width", type=int, default=2048)
-    parser.add_argument("--features", type=int, default=1024)
-    parser.add_argument("--out", default=os.path.join(common.ROOT, "benchmarks", "results"))
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
     options = parser.parse_args()
     if options.child:
         options.devices = int(options.devices)
         print(__import__("json").dumps(child(options)))
         return 0
     if options.smoke:
-        options.batch, options.steps, options.repeats, options.startups = 8, 3, 1, 1
-        options.width, options.features, options.devices = 16, 8, "2"
-        options.out = os.path.join(options.out, "smoke")
+        common.smoke_sizes(options)
+        options.startups = 1
     results = []
     for engine in common.installed(options.engines.split(",")):
         for devices in map(int, options.devices.split(",")):

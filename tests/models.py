@@ -28,14 +28,14 @@ def seed(keras, value):
         mxnet.random.seed(value)
 
 
-def build(keras, seed_value=1):
+def build(keras, seed_value=1, model_class=None):
     seed(keras, seed_value)
     inputs = keras.layers.Input((8,))
     left = keras.layers.Dense(16, activation="relu")(inputs)
     right = keras.layers.Dense(16, activation="tanh")(inputs)
     merged = keras.layers.concatenate([left, right])
     outputs = keras.layers.Dense(3, activation="softmax")(merged)
-    return keras.models.Model(inputs, outputs)
+    return (model_class or keras.models.Model)(inputs, outputs)
 
 
 def sgd(keras):

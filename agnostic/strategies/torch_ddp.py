@@ -3,19 +3,19 @@
 Keras 3.15 has no multi-device `fit` on torch, so this strategy supplies the
 data-parallel parts around Keras's own training loop: the same initial weights
 everywhere (broadcast from rank 0), a shard of each global batch per process,
-gradients summed across processes in buckets before the optimizer step, and
+gradients summed across processes in buckets while backward runs, and
 metrics aggregated over all processes. Only the chief prints or writes files.
 """
+import atexit
 import datetime
 import inspect
 import logging
 
 from agnostic import errors, sharding
 from agnostic.launch import environment, local
-from agnostic.strategies import base
+from agnostic.strategies import base, torch_reduce
 
 logger = logging.getLogger("agnostic")
-BUCKET_BYTES = 25 * 1024 * 1024
 
 
 class TorchDDPStrategy(base.Strategy):
@@ -37,8 +37,9 @@ class TorchDDPStrategy(base.Strategy):
                 rank=group.rank, world_size=group.world_size,
                 timeout=datetime.timedelta(minutes=10),
             )
+            atexit.register(_leave_group)
         template.compile(**compile_kwargs)
-        _broadcast([v.value for v in template.variables])
+        torch_reduce.broadcast([v.value for v in template.variables])
         if keras_averages_gradients():
             logger.info("agnostic: this Keras trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.")
@@ -48,6 +49,20 @@ class TorchDDPStrategy(base.Strategy):
         sharding.split_calls(template, group.rank, group.world_size)
         base.guard_files(template, is_chief=group.is_chief)
         return template
+
+
+def _leave_group():
+    """Ends the process group this strategy started, at exit, while the
+    interpreter is still whole: torch's communication threads may hold
+    finished collectives, and freeing them during the interpreter's teardown
+    can abort the process ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception as error:  # exiting anyway; say so, do not fail
+            logger.debug("agnostic: ending the process group at exit: %s", error)
 
 
 def _device_indexes(plan):
@@ -78,69 +93,27 @@ def keras_averages_gradients():
         return False
 
 
-def _buckets(tensors):
-    bucket, size = [], 0
-    for tensor in tensors:
-        bucket.append(tensor)
-        size += tensor.numel() * tensor.element_size()
-        if size >= BUCKET_BYTES:
-            yield bucket
-            bucket, size = [], 0
-    if bucket:
-        yield bucket
-
-
-def _flat(bucket):
-    import torch
-
-    return torch.cat([t.detach().reshape(-1) for t in bucket])
-
-
-def _unflatten_into(flat, bucket):
-    offset = 0
-    for tensor in bucket:
-        count = tensor.numel()
-        tensor.copy_(flat[offset:offset + count].view_as(tensor))
-        offset += count
-
-
-def _broadcast(tensors):
-    import torch
-    import torch.distributed as dist
-
-    with torch.no_grad():
-        for bucket in _buckets(tensors):
-            flat = _flat(bucket)
-            dist.broadcast(flat, src=0)
-            _unflatten_into(flat, bucket)
-
-
-def _all_reduce_sum(tensors):
-    import torch.distributed as dist
-
-    pending = []
-    for bucket in _buckets(tensors):
-        flat = _flat(bucket)
-        pending.append((dist.all_reduce(flat, async_op=True), flat, bucket))
-    for work, flat, bucket in pending:
-        work.wait()
-        _unflatten_into(flat, bucket)
-
-
 def _average_gradients(model, world_size):
-    """Before each optimizer step, every process gets the mean gradient."""
+    """Before each optimizer step, every process gets the mean gradient; the
+    sums start during backward (torch_reduce.GradientReducer)."""
+    reducer = torch_reduce.GradientReducer(model.trainable_variables, world_size)
 
-    def wrapper(apply):
-        def run(gradients, variables=None):
-            present = [g for g in gradients if g is not None]
-            _all_reduce_sum(present)
-            for gradient in present:
-                gradient.div_(world_size)
-            return apply(gradients, variables)
+    def step(train_step):
+        def run(*args, **kwargs):
+            return reducer.step(lambda: train_step(*args, **kwargs))
 
         return run
 
-    base.wrap_method(model.optimizer, "apply", wrapper)
+    def apply(original):
+        def run(gradients, variables=None):
+            reducer.average(gradients, variables)
+            return original(gradients, variables)
+
+        return run
+
+    base.wrap_method(model, "train_step", step)
+    base.wrap_method(model.optimizer, "apply", apply)
+    model._agnostic_reducer = reducer  # read by tests and benchmarks
 
 
 def _aggregate_metrics(model):
@@ -153,7 +126,7 @@ def _aggregate_metrics(model):
             variables = [v.value for m in model.metrics for v in m.variables]
             with torch.no_grad():
                 kept = [v.detach().clone() for v in variables]
-                _all_reduce_sum(variables)
+                torch_reduce.all_reduce_sum(variables)
                 try:
                     return get_metrics_result()
                 finally:

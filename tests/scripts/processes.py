@@ -4,6 +4,7 @@
 Every process writes its pid to FOLDER/pid_<rank>, so the tests can check
 that none is left behind. The chief prints one JSON line where MODE has one.
 """
+import atexit
 import json
 import os
 import signal
@@ -39,6 +40,15 @@ class Trouble(keras.callbacks.Callback):
             raise RuntimeError("worker failure in rank 1")
 
 
+def left_group():
+    """Records, at exit, whether this process's group was ended."""
+    import torch.distributed as dist
+
+    rank = os.environ.get("RANK", "0")
+    with open(os.path.join(FOLDER, f"group_at_exit_{rank}"), "w") as handle:
+        handle.write("open" if dist.is_initialized() else "ended")
+
+
 def reference(x, y, **fit):
     model = models.build(keras)
     model.compile(optimizer=models.sgd(keras), **models.COMPILE)
@@ -47,7 +57,13 @@ def reference(x, y, **fit):
 
 
 def main():
+    if MODE == "overlap":  # several buckets even for this small model
+        from agnostic.strategies import torch_reduce
+
+        torch_reduce.BUCKET_BYTES = torch_reduce.FIRST_BUCKET_BYTES = 64
     x, y = models.data()
+    if MODE == "files" and keras.backend.backend() == "torch":  # after agnostic's handlers
+        atexit.register(left_group)
     template = models.build(keras)
     model = agnostic.backend_agnostic_compile(template, optimizer=models.sgd(keras),
                                               gpus=REPLICAS, **models.COMPILE)
@@ -84,8 +100,54 @@ def main():
             "pydataset": models.relative_difference(dataset_model.get_weights(),
                                                     second.get_weights()),
         }
+    elif MODE == "overlap":
+        result = overlap(x, y, model, rank)
     if result is not None and rank == 0:
         print(json.dumps(result))
+
+
+def overlap(x, y, model, rank):
+    """Gradients summed while backward runs (small buckets, so that there are
+    several); a backward pass outside fit on one process only; a model whose
+    own train_step runs backward twice (gradient accumulation)."""
+    import torch
+
+    if rank == 0:  # e.g. a saliency map: no collective may start here
+        model(torch.as_tensor(x[:4])).sum().backward()
+    expected, _ = reference(x, y, batch_size=16, epochs=2)
+    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    reducer = model._agnostic_reducer
+    sent_early, buckets = reducer.early, len(reducer.buckets)
+    halves = models.build(keras, model_class=TwoHalves)
+    halves = agnostic.backend_agnostic_compile(halves, optimizer=models.sgd(keras),
+                                               gpus=REPLICAS, **models.COMPILE)
+    halves.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    plain, _ = reference(x, y, batch_size=16, epochs=1)
+    return {
+        "buckets": buckets, "sent_early": sent_early,
+        "plain": models.relative_difference(expected.get_weights(), model.get_weights()),
+        "halves": models.relative_difference(plain.get_weights(), halves.get_weights()),
+    }
+
+
+class TwoHalves(keras.Model):
+    """Gradient accumulation: backward runs once per half batch, so each
+    weight gets its gradient twice in one step; the mean over both halves on
+    every process is the plain step's gradient."""
+
+    def train_step(self, data):
+        import torch
+
+        x, y = data[0], data[1]
+        self.zero_grad()
+        middle = x.shape[0] // 2
+        for part in (slice(0, middle), slice(middle, None)):
+            loss = self.compute_loss(x=x[part], y=y[part], y_pred=self(x[part], training=True))
+            (loss / 2).backward()
+        weights = self.trainable_weights
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+        return {"loss": loss}
 
 
 class Batches(keras.utils.PyDataset):

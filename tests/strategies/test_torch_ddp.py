@@ -14,7 +14,7 @@ from tests.conftest import ROOT, alive, engine_or_skip, run_script
 keras = engine_or_skip()
 torch = pytest.importorskip("torch")
 
-from agnostic.strategies import torch_ddp  # noqa: E402
+from agnostic.strategies import torch_ddp, torch_reduce  # noqa: E402
 
 SCRIPT = os.path.join("tests", "scripts", "processes.py")
 SCENARIO = os.path.join("tests", "scripts", "scenario.py")
@@ -103,6 +103,9 @@ def test_only_the_chief_writes_files(tmp_path):
     assert rows[0].startswith("epoch") and len(rows) == 3  # one writer, no clobbering
     assert stdout.count("{") == 1  # one result printed
     assert stdout.count("printed by rank") == 1  # the workers' output is discarded
+    # Every process ended its group before the interpreter's teardown.
+    ended = [open(tmp_path / f"group_at_exit_{rank}").read() for rank in (0, 1)]
+    assert ended == ["ended", "ended"]
 
 
 def test_validation_split_and_pydataset_train_like_one_device(tmp_path):
@@ -130,13 +133,29 @@ def test_joins_a_group_started_by_torchrun(tmp_path):
 
 def test_gradients_are_reduced_in_buckets(monkeypatch):
     tensors = [torch.zeros(1000) for _ in range(10)]  # 4 kB each
-    monkeypatch.setattr(torch_ddp, "BUCKET_BYTES", 10_000)
-    buckets = list(torch_ddp._buckets(tensors))
+    monkeypatch.setattr(torch_reduce, "BUCKET_BYTES", 10_000)
+    buckets = list(torch_reduce.buckets(tensors))
     assert [len(b) for b in buckets] == [3, 3, 3, 1]
-    flat = torch_ddp._flat(buckets[0])
+    # A small first bucket, as DistributedDataParallel: it can leave early.
+    assert [len(b) for b in torch_reduce.buckets(tensors, 4000)] == [1, 3, 3, 3]
+    flat = torch_reduce.flat(buckets[0])
     flat += 1
-    torch_ddp._unflatten_into(flat, buckets[0])
+    torch_reduce.unflatten_into(flat, buckets[0])
     assert all(float(t.sum()) == 1000.0 for t in buckets[0])
+
+
+def test_gradients_are_summed_while_backward_runs(tmp_path):
+    result, _, _ = run_script(SCRIPT, "overlap", tmp_path)
+    # Every bucket left from backward's hooks, none after it.
+    assert result["buckets"] >= 4
+    assert result["sent_early"] == result["buckets"]
+    # Same weights as one device, also after a backward pass outside fit on
+    # one process only (it must start no collective: the next fit would hang
+    # or sum mismatched tensors).
+    assert result["plain"] < 1e-5
+    # Gradient accumulation (two backward passes per step): the early sums
+    # are dropped and the accumulated gradients summed; same as one device.
+    assert result["halves"] < 1e-5
 
 
 def test_keras_3_15_needs_our_gradient_averaging():

@@ -2,6 +2,7 @@
 import warnings
 
 from agnostic import plan as plan_lib, strategies
+from agnostic.strategies import base
 
 # Where cpu_relocation=True cannot apply, and why.
 NOT_RELOCATED = {
@@ -66,7 +67,7 @@ def backend_agnostic_compile(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation
     )
     compile_kwargs.update(loss=loss, optimizer=optimizer, metrics=metrics)
-    return strategy.compile(model, compile_kwargs)
+    return strategy.compile(base.start_again(model), compile_kwargs)
 
 
 def _not_relocated(plan):

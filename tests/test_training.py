@@ -26,6 +26,17 @@ def test_the_simulated_devices_are_there():
     assert plan.strategy != "single-device"
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_compiling_again_after_freezing_a_layer(replicas, tmp_path):
+    # Fine-tuning: the returned model trains, a layer is frozen, the model is
+    # compiled again and trains on. Wrappers from the first compile must not
+    # stack on the second (a batch sharded twice, gradients averaged twice).
+    result, _, _ = run_script(SCENARIO, "finetune", replicas, tmp_path)
+    assert result["frozen_moved"] == 0
+    assert result["model_vs_reference"] < 1e-5
+    np.testing.assert_allclose(*result["loss"], atol=1e-3)
+
+
 @pytest.mark.parametrize("replicas", [2, 4])
 def test_replicas_train_like_one_device(replicas, tmp_path):
     result, _, stderr = run_script(SCENARIO, "equivalence", replicas, tmp_path)

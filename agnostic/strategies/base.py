@@ -60,9 +60,40 @@ def fresh_compile_objects(compile_kwargs):
 
 
 def wrap_method(model, name, wrapper):
-    """Replaces `model.name` on this instance by `wrapper(original)`."""
+    """Replaces `model.name` on this instance by `wrapper(original)`;
+    `unwrap(model)` puts back what was there before agnostic."""
     original = getattr(model, name)
+    originals = model.__dict__.setdefault("_agnostic_originals", {})
+    originals.setdefault(name, model.__dict__.get(name))  # None: the class's
     setattr(model, name, functools.wraps(original)(wrapper(original)))
+
+
+def unwrap(model):
+    """Undoes every wrap_method on `model` (compiling again starts clean)."""
+    for name, original in model.__dict__.pop("_agnostic_originals", {}).items():
+        if original is None:
+            model.__dict__.pop(name, None)
+        else:
+            setattr(model, name, original)
+    model.__dict__.pop("_agnostic_files_guarded", None)
+
+
+def start_again(model):
+    """The model to compile when `model` went through backend_agnostic_compile
+    before (fine-tuning: freeze layers, compile again): its template, with the
+    returned model's weights and trainable flags, without the wrappers of the
+    first compile, which would otherwise apply twice."""
+    template = model.__dict__.get("_agnostic_template")
+    if template is not None:
+        layers = model._flatten_layers(include_self=False)
+        for copy, layer in zip(layers, template._flatten_layers(include_self=False)):
+            layer.trainable = copy.trainable
+        template.set_weights(model.get_weights())
+        model = template
+    unwrap(model)
+    if getattr(model, "optimizer", None) is not None:
+        unwrap(model.optimizer)
+    return model
 
 
 def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_chief=True):
@@ -102,6 +133,8 @@ def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_ch
 
         return wrapper
 
+    if template is not model:  # not tracked: the template is no layer of it
+        model.__dict__["_agnostic_template"] = template
     wrap_method(model, "fit", fit)
     for method_name in ("evaluate", "predict", "train_on_batch", "test_on_batch",
                         "predict_on_batch"):
@@ -114,9 +147,9 @@ def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_ch
 
 def guard_files(model, is_chief=True):
     """Atomic saves on the chief, none elsewhere; loads that name bad files."""
-    if getattr(model, "_agnostic_files_guarded", False):
-        return  # a template compiled again
-    model._agnostic_files_guarded = True
+    if model.__dict__.get("_agnostic_files_guarded"):
+        return  # the returned model's template, guarded already
+    model.__dict__["_agnostic_files_guarded"] = True
     for name in ("save", "save_weights", "export"):
         if hasattr(model, name):
             if is_chief:

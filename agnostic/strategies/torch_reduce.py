@@ -89,10 +89,18 @@ class GradientReducer:
                 self.bucket_of[id(weight)] = index
         self.active = False
         self.early = 0  # buckets sent during the last step's backward
-        for weight in self.weights:
+        self.hooks = [
+            weight.register_post_accumulate_grad_hook(self._gradient_ready)
+            for weight in self.weights
             # torch >= 2.1; without the hook every bucket leaves after backward.
-            if weight.requires_grad and hasattr(weight, "register_post_accumulate_grad_hook"):
-                weight.register_post_accumulate_grad_hook(self._gradient_ready)
+            if weight.requires_grad and hasattr(weight, "register_post_accumulate_grad_hook")
+        ]
+
+    def close(self):
+        """Removes the hooks (the model is being compiled again)."""
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks = []
 
     def step(self, run):
         self.active, self.plain = True, True

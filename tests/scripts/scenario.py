@@ -94,8 +94,40 @@ def split(replicas, folder):
             "unchanged": models.relative_difference(before, model.get_weights())}
 
 
+def finetune(replicas, folder):
+    """Transfer learning as Keras users write it: train, freeze a layer,
+    compile the model again (with a new optimizer), train on. The same with
+    plain compile on one device is the reference."""
+    x, y = models.data()
+
+    def train(compile_again):
+        model = models.build(keras)
+        histories = []
+        for frozen in (False, True):
+            model.layers[1].trainable = not frozen  # the first Dense
+            model = compile_again(model)
+            before = model.layers[1].get_weights()
+            histories.append(model.fit(x, y, batch_size=models.BATCH, epochs=1,
+                                       shuffle=False, verbose=0).history["loss"])
+        frozen_moved = models.relative_difference(before, model.layers[1].get_weights())
+        return model, histories, frozen_moved
+
+    def plain(model):
+        model.compile(optimizer=models.sgd(keras), **models.COMPILE)
+        return model
+
+    expected, expected_loss, _ = train(plain)
+    model, loss, frozen_moved = train(lambda model: agnostic.backend_agnostic_compile(
+        model, optimizer=models.sgd(keras), gpus=replicas, **models.COMPILE))
+    if agnostic.resolve(gpus=replicas).process_id != 0:
+        return None
+    return {"model_vs_reference": models.relative_difference(expected.get_weights(),
+                                                             model.get_weights()),
+            "loss": [loss, expected_loss], "frozen_moved": frozen_moved}
+
+
 if __name__ == "__main__":
     name, replicas, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    result = {"equivalence": equivalence, "split": split}[name](replicas, folder)
+    result = {"equivalence": equivalence, "split": split, "finetune": finetune}[name](replicas, folder)
     if result is not None:
         print(json.dumps(result))

@@ -10,6 +10,7 @@ import atexit
 import datetime
 import inspect
 import logging
+import sys
 
 from agnostic import errors, sharding
 from agnostic.launch import environment, local
@@ -52,13 +53,15 @@ class TorchDDPStrategy(base.Strategy):
 
 
 def _leave_group():
-    """Ends the process group this strategy started, at exit, while the
-    interpreter is still whole: torch's communication threads may hold
+    """Ends the process group this strategy started, at a normal exit, while
+    the interpreter is still whole: torch's communication threads may hold
     finished collectives, and freeing them during the interpreter's teardown
-    can abort the process ("terminate called without an active exception")."""
+    can abort the process ("terminate called without an active exception").
+    Not after an uncaught exception or Ctrl-C: a collective may then be left
+    waiting for a peer, and ending the group would wait for it too."""
     import torch.distributed as dist
 
-    if dist.is_initialized():
+    if getattr(sys, "last_value", None) is None and dist.is_initialized():
         try:
             dist.destroy_process_group()
         except Exception as error:  # exiting anyway; say so, do not fail

@@ -107,10 +107,13 @@ class GradientReducer:
         self.noted, self.ready = set(), [0] * len(self.buckets)
         self.sent, self.early = [], 0
         try:
-            return run()
+            result = run()
         finally:
+            # After an error (Ctrl-C in backward, say) the other processes
+            # may never send their part of what this one sent: no waiting.
             self.active = False
-            self._wait()
+        self._wait()
+        return result
 
     def _gradient_ready(self, weight):
         if not self.active:

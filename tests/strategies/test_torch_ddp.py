@@ -29,8 +29,14 @@ def pids(folder):
 def start(mode, folder):
     return subprocess.Popen(
         [sys.executable, SCRIPT, mode, str(folder)], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=as_in_a_terminal,
     )
+
+
+def as_in_a_terminal():
+    # A test run started in the background (`cmd &` without job control)
+    # ignores Ctrl-C, and so would the script: give it a terminal's default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(path, process, seconds=180):

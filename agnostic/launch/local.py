@@ -10,14 +10,17 @@ import atexit
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 from agnostic import errors
+from agnostic.launch import failures
 from agnostic.launch.environment import ProcessGroup
 
 logger = logging.getLogger("agnostic")
@@ -26,6 +29,10 @@ GRACE_SECONDS = 10
 # After rank 0 ends, how long the workers (which run the same script in step
 # with it) may take to end before they are stopped as hung.
 EXIT_WAIT_SECONDS = 120
+# After a failure, how long to wait for the others' reports, and how long
+# for an earlier one once a process's own failure is known.
+SETTLE_SECONDS = 15
+OWN_FAILURE_WAIT = 1.0
 
 _launched = []  # the Workers this process started: one group per process
 
@@ -46,6 +53,17 @@ def launch(world_size, local_ranks=None):
         return group
     _launched.append(Workers(world_size, local_ranks))
     return _launched[0].group
+
+
+def report_failures(rank):
+    """Uncaught errors of this process go to its group's launcher, which
+    shows the first in cause once. Call after the engine's own hook is set
+    (torch's prefixes every line of a traceback with the rank)."""
+    if _launched:
+        failures.install(rank, _launched[0].record)
+    elif os.environ.get(failures.REPORTS_VARIABLE):
+        folder = os.environ[failures.REPORTS_VARIABLE]
+        failures.install(rank, lambda failure: failures.write(folder, failure))
 
 
 def script_command():
@@ -106,6 +124,7 @@ class Workers:
     def __init__(self, world_size, local_ranks=None):
         local_ranks = local_ranks or list(range(world_size))
         self.group = ProcessGroup(0, world_size, local_ranks[0], "127.0.0.1", free_port())
+        self.reports = tempfile.mkdtemp(prefix="agnostic-failures-")
         command = script_command()
         self.processes = {}
         for rank in range(1, world_size):
@@ -116,62 +135,101 @@ class Workers:
                 # Only the chief prints; the workers' errors still reach stderr.
                 PYTHONWARNINGS="ignore",
             )
+            environment[failures.REPORTS_VARIABLE] = self.reports
             self.processes[rank] = subprocess.Popen(
                 command, env=environment, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent,
             )
-        self._crashed = False
-        self._excepthook = sys.excepthook
-        sys.excepthook = self._on_uncaught
+        self._own_failure = None  # rank 0's uncaught exception
+        self._ended = threading.Lock()  # one thread ends the group
         atexit.register(self.wait)
         threading.Thread(target=self._watch, name="agnostic-workers", daemon=True).start()
 
-    def _failed(self):
+    def record(self, failure):
+        """Rank 0's uncaught exception, shown with the others' at exit."""
+        self._own_failure = failure
+
+    def _failures(self):
+        """Every failure known now: reports, and workers ended without one."""
+        reported = failures.read(self.reports)
+        found = [self._own_failure] if self._own_failure else []
         for rank, process in self.processes.items():
             code = process.poll()
-            if code not in (None, 0):
-                return rank, code
-        return None
+            if rank in reported:
+                found.append(reported[rank])
+            elif code not in (None, 0):
+                found.append(failures.from_status(rank, code))
+        return found
 
-    def _report(self, failure):
-        rank, code = failure
-        logger.error(
-            "agnostic: worker process %d (rank %d of %d) exited with status %s; "
-            "stopping the others.", self.processes[rank].pid, rank,
-            len(self.processes) + 1, code,
-        )
+    def _settle(self):
+        """Waits until the failure that came first in cause is known: every
+        process has ended or reported, or one failure of its own was seen a
+        moment ago, or SETTLE_SECONDS passed."""
+        began = time.monotonic()
+        own_seen = None
+        while time.monotonic() - began < SETTLE_SECONDS:
+            found = self._failures()
+            if own_seen is None and any(f.own for f in found):
+                own_seen = time.monotonic()
+            settled = len(found) == len(self.processes) + 1
+            if settled or (own_seen and time.monotonic() - own_seen > OWN_FAILURE_WAIT):
+                return found
+            time.sleep(POLL_SECONDS / 4)
+        return self._failures()
+
+    def _end_in_failure(self):
+        """Names the first failure, shows its traceback, stops the group, and
+        ends this process with that failure's status."""
+        found = self._settle()
+        first = failures.first_in_cause(found)
+        if first.details:
+            sys.stderr.write(first.details)
+        code = self._status(first.rank)
+        logger.error("agnostic: %s: %s. Stopping the others.",
+                     self._describe(first.rank, code), first.summary)
+        for other in found:
+            if other is not first:
+                cause = "after a peer had ended" if not other.own else "also"
+                logger.error("agnostic: %s %s: %s", self._describe(other.rank),
+                             cause, other.summary)
+        self.stop()
+        sys.stderr.flush()
+        shutil.rmtree(self.reports, ignore_errors=True)
+        os._exit(exit_status(code) if code else 1)
+
+    def _status(self, rank):
+        """A worker's exit status, once it has exited (it reports first)."""
+        if rank not in self.processes:
+            return None
+        try:
+            return self.processes[rank].wait(timeout=GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _describe(self, rank, code=None):
+        size = len(self.processes) + 1
+        if rank == 0:
+            return f"rank 0 of {size} (process {os.getpid()}, the launcher) failed"
+        who = f"worker process {self.processes[rank].pid} (rank {rank} of {size})"
+        return f"{who} exited with status {code}" if code is not None else f"{who} failed"
 
     def _watch(self):
         while True:
-            failure = self._failed()
-            if failure:
-                self._report(failure)
-                self.stop()
-                sys.stderr.flush()
-                os._exit(exit_status(failure[1]))
+            if any(p.poll() not in (None, 0) for p in self.processes.values()):
+                with self._ended:
+                    self._end_in_failure()
             if all(p.poll() is not None for p in self.processes.values()):
                 return
             time.sleep(POLL_SECONDS)
-
-    def _on_uncaught(self, kind, value, traceback):
-        self._crashed = True
-        self._excepthook(kind, value, traceback)
 
     def stop(self):
         stop_processes(self.processes.values())
 
     def wait(self):
         """At rank 0's exit: wait for the workers, exit with their status."""
-        if self._crashed:
-            # Rank 0 failed, often because a worker died under a collective:
-            # name that worker if so, then stop the rest.
-            deadline = time.monotonic() + 1.0
-            while not self._failed() and time.monotonic() < deadline:
-                time.sleep(POLL_SECONDS / 4)
-            if self._failed():
-                self._report(self._failed())
-            self.stop()
-            return
+        if self._own_failure is not None:
+            with self._ended:
+                self._end_in_failure()
         deadline = time.monotonic() + EXIT_WAIT_SECONDS
         while any(p.poll() is None for p in self.processes.values()):
             if time.monotonic() > deadline:
@@ -185,7 +243,7 @@ class Workers:
                 sys.stderr.flush()
                 os._exit(1)
             time.sleep(POLL_SECONDS)
-        failure = self._failed()
-        if failure:
-            sys.stderr.flush()
-            os._exit(exit_status(failure[1]))
+        if any(p.poll() != 0 for p in self.processes.values()):
+            with self._ended:
+                self._end_in_failure()
+        shutil.rmtree(self.reports, ignore_errors=True)

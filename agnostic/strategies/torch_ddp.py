@@ -39,6 +39,7 @@ class TorchDDPStrategy(base.Strategy):
                 timeout=datetime.timedelta(minutes=10),
             )
             atexit.register(_leave_group)
+            local.report_failures(group.rank)
         template.compile(**compile_kwargs)
         torch_reduce.broadcast([v.value for v in template.variables])
         if keras_averages_gradients():

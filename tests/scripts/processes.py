@@ -38,6 +38,8 @@ class Trouble(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
         if self.rank == 1 and batch == 3 and MODE == "raise":
             raise RuntimeError("worker failure in rank 1")
+        if batch == 3 and MODE == "everyone":  # a bug in the script: every rank fails
+            raise ValueError(f"the same bug, met by rank {self.rank}")
 
 
 def left_group():
@@ -71,7 +73,7 @@ def main():
     with open(os.path.join(FOLDER, f"pid_{rank}"), "w") as handle:
         handle.write(str(os.getpid()))
     result = None
-    if MODE in ("raise", "sigkill", "wait"):
+    if MODE in ("raise", "sigkill", "wait", "everyone"):
         epochs = 200 if MODE == "wait" else 2
         model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, callbacks=[Trouble(rank)])
     elif MODE == "files":

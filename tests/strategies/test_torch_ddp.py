@@ -71,9 +71,23 @@ def test_a_failing_worker_ends_every_process(mode, status, tmp_path):
     assert elapsed < BOUND_SECONDS
     assert left == []
     assert len(pids(tmp_path)) == 2
+    # The worker that failed first in cause is named, not rank 0, whose
+    # collective failed because its peer had gone.
     assert f"(rank 1 of 2) exited with {status}" in stderr
-    if mode == "raise":  # the failing worker's traceback is shown
-        assert "RuntimeError: worker failure in rank 1" in stderr
+    assert "rank 0 of 2 (process" in stderr and "failed after a peer had ended" in stderr
+    if mode == "raise":  # the failing worker's traceback is shown, once
+        assert stderr.count("RuntimeError: worker failure in rank 1") == 2  # + summary
+        assert stderr.count("Traceback (most recent call last)") == 1
+    assert "[rank" not in stderr  # no traceback once per rank
+
+
+def test_a_bug_every_process_meets_shows_one_traceback(tmp_path):
+    process = start("everyone", tmp_path)
+    code, _, stderr, elapsed, left = finish(process, tmp_path)
+    assert code != 0 and elapsed < BOUND_SECONDS and left == []
+    assert stderr.count("Traceback (most recent call last)") == 1
+    assert stderr.count("ValueError: the same bug, met by rank") == 3  # traceback, 2 lines
+    assert "Stopping the others." in stderr
 
 
 @pytest.mark.parametrize("target", ["group", "launcher"])

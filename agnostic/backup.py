@@ -62,10 +62,12 @@ def _callback_class():
                     self._save(self._epoch, batch + 1)
 
         def _save(self, epoch, batch):
+            name = f"backup-{epoch:06d}-{batch:06d}.weights.h5"
             if not self.is_chief:
+                # Writes nothing here; waits with the others for the chief.
+                self.model.save_weights(os.path.join(self.backup_dir, name), overwrite=True)
                 return
             os.makedirs(self.backup_dir, exist_ok=True)
-            name = f"backup-{epoch:06d}-{batch:06d}.weights.h5"
             self.model.save_weights(os.path.join(self.backup_dir, name), overwrite=True)
             state = {"epoch": epoch, "batch": batch, "weights": name}
             pointer = os.path.join(self.backup_dir, POINTER)

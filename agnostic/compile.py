@@ -22,6 +22,7 @@ def backend_agnostic_compile(
     gpus=None,
     cpu_merge=True,
     cpu_relocation=False,
+    sync_batch_norm=True,
     **compile_kwargs
 ):
     """Compiles `model` to train on every available device.
@@ -41,6 +42,11 @@ def backend_agnostic_compile(
         cpu_relocation: TensorFlow: keep one copy of the variables on the
             CPU while the devices compute (the legacy `multi_gpu_model`
             option); elsewhere it warns and changes nothing.
+        sync_batch_norm: True (default): BatchNormalization layers normalise
+            with the statistics of the whole global batch, as on one device.
+            False: each replica uses its own share's statistics (faster, and
+            not what one device computes); the moving statistics are still
+            averaged over the replicas.
         **compile_kwargs: Passed on to `compile`.
 
     Returns:
@@ -52,7 +58,7 @@ def backend_agnostic_compile(
         ...     optimizer="sgd", metrics=["accuracy"])
         >>> model.fit(x, y, batch_size=64, epochs=2)
     """
-    _check_arguments(model, cpu_merge, cpu_relocation)
+    _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm)
     plan = plan_lib.resolve(gpus)
     plan_lib.announce(plan)
     why = _not_relocated(plan) if cpu_relocation else None
@@ -64,7 +70,8 @@ def backend_agnostic_compile(
             UserWarning, stacklevel=2,
         )
     strategy = strategies.get(plan.strategy)(
-        plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation
+        plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
+        sync_batch_norm=sync_batch_norm,
     )
     compile_kwargs.update(loss=loss, optimizer=optimizer, metrics=metrics)
     return strategy.compile(base.start_again(model), compile_kwargs)
@@ -76,7 +83,7 @@ def _not_relocated(plan):
     return NOT_RELOCATED.get(plan.strategy)
 
 
-def _check_arguments(model, cpu_merge, cpu_relocation):
+def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm):
     missing = [name for name in ("compile", "fit", "get_weights") if not hasattr(model, name)]
     if missing:
         raise TypeError(
@@ -84,7 +91,8 @@ def _check_arguments(model, cpu_merge, cpu_relocation):
             "Sequential or functional model). Received: "
             f"model={model!r} (of type {type(model).__name__})"
         )
-    for name, value in (("cpu_merge", cpu_merge), ("cpu_relocation", cpu_relocation)):
+    for name, value in (("cpu_merge", cpu_merge), ("cpu_relocation", cpu_relocation),
+                        ("sync_batch_norm", sync_batch_norm)):
         if not isinstance(value, bool):
             raise TypeError(
                 f"`{name}` must be True or False. Received: {name}={value!r}"

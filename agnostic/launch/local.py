@@ -186,7 +186,7 @@ class Workers:
             sys.stderr.write(first.details)
         code = self._status(first.rank)
         logger.error("agnostic: %s: %s. Stopping the others.",
-                     self._describe(first.rank, code), first.summary)
+                     self._describe(first.rank, code), first.summary.rstrip("."))
         for other in found:
             if other is not first:
                 cause = "after a peer had ended" if not other.own else "also"

@@ -9,16 +9,17 @@ class Strategy:
 
     name = ""
 
-    def __init__(self, plan, cpu_merge=True, cpu_relocation=False):
+    def __init__(self, plan, cpu_merge=True, cpu_relocation=False, sync_batch_norm=True):
         self.plan = plan
         self.cpu_merge = cpu_merge
         self.cpu_relocation = cpu_relocation
+        self.sync_batch_norm = sync_batch_norm
 
     def compile(self, template, compile_kwargs):
         raise NotImplementedError
 
 
-def build_replica_model(template, scope, compile_kwargs):
+def build_replica_model(template, scope, compile_kwargs, clone_function=None):
     """Clones `template` inside `scope` with its weights, and compiles it.
 
     Engines create per-device variables only inside their scope, so the
@@ -29,7 +30,7 @@ def build_replica_model(template, scope, compile_kwargs):
 
     with scope:
         try:
-            model = keras.models.clone_model(template)
+            model = keras.models.clone_model(template, clone_function=clone_function)
         except Exception as error:  # clone_model raises many types
             raise errors.ModelCopyError(
                 "agnostic rebuilds the model inside the strategy's scope with "
@@ -40,7 +41,18 @@ def build_replica_model(template, scope, compile_kwargs):
             ) from error
         model.set_weights(template.get_weights())
         model.compile(**fresh_compile_objects(compile_kwargs))
+        if keras.backend.backend() == "tensorflow":
+            from agnostic.compat import tf_loss_scaling
+
+            tf_loss_scaling.keep_losses_unscaled(model, scope_replicas())
     return model
+
+
+def scope_replicas():
+    """The number of replicas of the tf.distribute strategy in scope."""
+    import tensorflow as tf
+
+    return tf.distribute.get_strategy().num_replicas_in_sync
 
 
 def fresh_compile_objects(compile_kwargs):
@@ -83,7 +95,7 @@ def start_again(model):
     before (fine-tuning: freeze layers, compile again): its template, with the
     returned model's weights and trainable flags, without the wrappers of the
     first compile, which would otherwise apply twice."""
-    template = model.__dict__.get("_agnostic_template")
+    template = template_of(model)
     if template is not None:
         layers = model._flatten_layers(include_self=False)
         for copy, layer in zip(layers, template._flatten_layers(include_self=False)):
@@ -96,7 +108,8 @@ def start_again(model):
     return model
 
 
-def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_chief=True):
+def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_chief=True,
+                        barrier=None):
     """What every returned model does around Keras's own methods.
 
     Checks batch splits before each call; `fit` leaves the trained weights in
@@ -133,20 +146,38 @@ def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_ch
 
         return wrapper
 
-    if template is not model:  # not tracked: the template is no layer of it
-        model.__dict__["_agnostic_template"] = template
+    if template is not model:
+        model.__dict__["_agnostic_template"] = _TemplateLink(template)
     wrap_method(model, "fit", fit)
     for method_name in ("evaluate", "predict", "train_on_batch", "test_on_batch",
                         "predict_on_batch"):
         wrap_method(model, method_name, checked(method_name))
-    guard_files(model, is_chief)
+    guard_files(model, is_chief, barrier)
     if template is not model:
         # The template receives the weights: the script may save it instead.
-        guard_files(template, is_chief)
+        guard_files(template, is_chief, barrier)
 
 
-def guard_files(model, is_chief=True):
-    """Atomic saves on the chief, none elsewhere; loads that name bad files."""
+class _TemplateLink:
+    """Holds the returned model's template out of Keras's sight: Keras saves
+    every layer it finds among a model's attributes, and a file would hold
+    the template's weights a second time."""
+
+    def __init__(self, template):
+        self.template = template
+
+
+def template_of(model):
+    """The model passed to backend_agnostic_compile, for a returned model."""
+    link = model.__dict__.get("_agnostic_template")
+    return link.template if link is not None else None
+
+
+def guard_files(model, is_chief=True, barrier=None):
+    """Atomic saves on the chief, none elsewhere; loads that name bad files.
+
+    With several processes, `barrier()` follows every save on every process,
+    so that a file any process opens afterwards is the one just written."""
     if model.__dict__.get("_agnostic_files_guarded"):
         return  # the returned model's template, guarded already
     model.__dict__["_agnostic_files_guarded"] = True
@@ -157,12 +188,27 @@ def guard_files(model, is_chief=True):
                     wrap_method(model, name, checkpoints.atomic)
             else:
                 wrap_method(model, name, lambda original: _skip)
+            if barrier is not None:
+                wrap_method(model, name, _followed_by(barrier))
     if hasattr(model, "load_weights"):
         wrap_method(model, "load_weights", checkpoints.checked_load)
 
 
 def _skip(*args, **kwargs):
     return None
+
+
+def _followed_by(barrier):
+    def wrapper(original):
+        def run(*args, **kwargs):
+            try:
+                return original(*args, **kwargs)
+            finally:  # the chief's failed save must not leave the others waiting
+                barrier()
+
+        return run
+
+    return wrapper
 
 
 class _no_scope:

@@ -30,6 +30,7 @@ class JaxDataParallelStrategy(base.Strategy):
         base.wrap_returned_model(
             model, template, plan.num_replicas, scope_factory=distribution.scope,
             is_chief=plan.process_id == 0,
+            barrier=_barrier if plan.num_processes > 1 else None,
         )
         if plan.num_processes > 1:
             _predict_locally(model, template)  # outermost: outside the mesh
@@ -80,6 +81,12 @@ def _predict_locally(model, template):
 
     for name in ("predict", "predict_on_batch"):
         base.wrap_method(model, name, wrapper(name))
+
+
+def _barrier():
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices("agnostic: a file was saved")
 
 
 def _same_weights_everywhere(template):

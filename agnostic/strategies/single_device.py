@@ -25,6 +25,7 @@ class SingleDeviceStrategy(base.Strategy):
         # Only the engine's own scope places a model on another device
         # (gpus=[2]): its strategy, over that one device, does it.
         strategy = strategies.get(replicated)(
-            self.plan, cpu_merge=self.cpu_merge, cpu_relocation=self.cpu_relocation
+            self.plan, cpu_merge=self.cpu_merge, cpu_relocation=self.cpu_relocation,
+            sync_batch_norm=self.sync_batch_norm,
         )
         return strategy.compile(template, compile_kwargs)

@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import logging
 
+from agnostic import batch_norm
 from agnostic.strategies import base, tf_workers
 
 LOGGER = logging.getLogger("agnostic")
@@ -42,11 +43,17 @@ class TFMirroredStrategy(base.Strategy):
         return strategy
 
     def compile(self, template, compile_kwargs):
+        # Batch statistics over the global batch: Keras's own synchronised
+        # batch normalization in the replica model (the template keeps its
+        # layers as they are).
+        clone = batch_norm.synchronized_clone if self.sync_batch_norm else None
         if self.plan.num_processes > 1:  # cpu_relocation: compile warns
-            return tf_workers.compile(self.plan, template, compile_kwargs)
+            return tf_workers.compile(self.plan, template, compile_kwargs, clone)
         strategy = self.distribution()
         if not self.cpu_relocation:
-            model = base.build_replica_model(template, strategy.scope(), compile_kwargs)
+            # Per-replica statistics: the moving ones are still averaged.
+            scope = strategy.scope() if self.sync_batch_norm else _central_scope(strategy)
+            model = base.build_replica_model(template, scope, compile_kwargs, clone)
             base.wrap_returned_model(model, template, self.plan.num_replicas)
             return model
         LOGGER.info(
@@ -55,7 +62,8 @@ class TFMirroredStrategy(base.Strategy):
             self.plan.num_replicas,
             "" if self.cpu_merge else " (cpu_merge=False has no effect with it)",
         )
-        model = base.build_replica_model(template, _central_scope(strategy), compile_kwargs)
+        model = base.build_replica_model(template, _central_scope(strategy), compile_kwargs,
+                                         clone)
         _update_metrics_in_place(model)
         base.wrap_returned_model(model, template, self.plan.num_replicas)
         return model
@@ -63,10 +71,11 @@ class TFMirroredStrategy(base.Strategy):
 
 @contextlib.contextmanager
 def _central_scope(strategy):
-    """The strategy's scope, where layer state updated per step can be shared.
+    """The strategy's scope, where layer state updated per step is combined.
 
-    A variable stored once for all devices is updated from every device, so
-    the engine wants to know how to combine the updates; Keras 3.15 says
+    A variable stored once for all devices (or kept the same on every
+    device) is updated from every device, so the engine wants to know how to
+    combine the updates; Keras 3.15 says
     "none" for the state a layer updates in its call (batch-normalization
     statistics, dropout seeds). Those are combined as the mean (floats) or
     taken from the first device (integer seeds), as MirroredStrategy does.

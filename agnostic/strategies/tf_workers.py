@@ -26,10 +26,11 @@ def strategy(plan):
     )
 
 
-def compile(plan, template, compile_kwargs):
+def compile(plan, template, compile_kwargs, clone_function=None):
     workers = strategy(plan)
     _chief_weights(workers, template)
-    model = base.build_replica_model(template, workers.scope(), compile_kwargs)
+    model = base.build_replica_model(template, workers.scope(), compile_kwargs,
+                                     clone_function)
     _build_from_local_batch(model, workers)
     _one_value_per_replica(model)
     is_chief = plan.process_id == 0

@@ -12,7 +12,8 @@ import inspect
 import logging
 import sys
 
-from agnostic import errors, sharding
+from agnostic import batch_norm, errors, sharding
+from agnostic.compat import torch_batch_norm
 from agnostic.launch import environment, local
 from agnostic.strategies import base, torch_reduce
 
@@ -42,6 +43,8 @@ class TorchDDPStrategy(base.Strategy):
             local.report_failures(group.rank)
         template.compile(**compile_kwargs)
         torch_reduce.broadcast([v.value for v in template.variables])
+        if not torch_batch_norm.synchronize(template, self.sync_batch_norm):
+            _average_moving_statistics(template, group.world_size)
         if keras_averages_gradients():
             logger.info("agnostic: this Keras trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.")
@@ -49,7 +52,7 @@ class TorchDDPStrategy(base.Strategy):
             _average_gradients(template, group.world_size)
         _aggregate_metrics(template)
         sharding.split_calls(template, group.rank, group.world_size)
-        base.guard_files(template, is_chief=group.is_chief)
+        base.guard_files(template, is_chief=group.is_chief, barrier=dist.barrier)
         return template
 
 
@@ -122,6 +125,29 @@ def _average_gradients(model, world_size):
     model.__dict__["_agnostic_reducer"] = reducer  # read by tests and benchmarks
 
 
+def _average_moving_statistics(model, world_size):
+    """Per-process batch statistics: after each step the moving ones are
+    averaged, so every process (and the saved model) holds the same."""
+    import torch
+
+    statistics = [v.value for v in batch_norm.moving_statistics(model)]
+    if not statistics:
+        return
+
+    def step(train_step):
+        def run(*args, **kwargs):
+            logs = train_step(*args, **kwargs)
+            with torch.no_grad():
+                torch_reduce.all_reduce_sum(statistics)
+                for value in statistics:
+                    value.div_(world_size)
+            return logs
+
+        return run
+
+    base.wrap_method(model, "train_step", step)
+
+
 def _aggregate_metrics(model):
     """Metric results over all processes' samples: the metrics' states (totals
     and counts) are summed across processes, read, then put back."""
@@ -134,7 +160,10 @@ def _aggregate_metrics(model):
                 kept = [v.detach().clone() for v in variables]
                 torch_reduce.all_reduce_sum(variables)
                 try:
-                    return get_metrics_result()
+                    # A count metric's result is its variable itself: keep
+                    # the global value, not the one put back below.
+                    return {name: value.detach().clone() if torch.is_tensor(value) else value
+                            for name, value in get_metrics_result().items()}
                 finally:
                     for variable, value in zip(variables, kept):
                         variable.copy_(value)

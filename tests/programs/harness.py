@@ -1,0 +1,81 @@
+"""What lets one ordinary Keras program run two ways: `model.compile` on one
+device (`plain`), or `backend_agnostic_compile` on 2 devices (`agnostic`).
+
+A program is written as a keras.io example is, except that it compiles
+through `harness.compile(model, ...)` and ends with `harness.finish(...)`.
+Run it as `python tests/programs/NAME.py plain|agnostic FOLDER`: the chief
+writes FOLDER/MODE.npz (the weights) and FOLDER/MODE.json (history,
+evaluation, anything else the program reports).
+"""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+MODE, FOLDER = sys.argv[1], sys.argv[2]
+REPLICAS = int(os.environ.get("AGNOSTIC_TEST_REPLICAS", "2"))
+ENGINE = keras.backend.backend()
+
+
+def compile(model, **kwargs):
+    """`model.compile(**kwargs)` on one device, or agnostic's on REPLICAS."""
+    if MODE == "plain":
+        model.compile(**kwargs)
+        return model
+    import agnostic
+
+    return agnostic.backend_agnostic_compile(model, gpus=REPLICAS, **kwargs)
+
+
+def is_chief():
+    if MODE == "plain":
+        return True
+    import agnostic
+
+    return agnostic.resolve(gpus=REPLICAS).process_id == 0
+
+
+def path(name):
+    """A file of this run's own, in FOLDER."""
+    return os.path.join(FOLDER, f"{MODE}-{name}")
+
+
+def digits(samples=256, images=False):
+    """scikit-learn's bundled digits: x in [0, 1], y in 0..9."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = (data.data[:samples] / 16.0).astype("float32")
+    if images:
+        x = x.reshape(-1, 8, 8, 1)
+    return x, data.target[:samples]
+
+
+def finish(model, history=None, evaluation=None, **extra):
+    """The chief records what the test compares with the other run."""
+    if not is_chief():
+        return
+    np.savez(os.path.join(FOLDER, f"{MODE}.npz"), *model.get_weights())
+    history = history.history if hasattr(history, "history") else (history or {})
+    report = {
+        "history": {k: [float(v) for v in values] for k, values in history.items()},
+        "evaluation": _plain(evaluation),
+    }
+    report.update({key: _plain(value) for key, value in extra.items()})
+    with open(os.path.join(FOLDER, f"{MODE}.json"), "w") as handle:
+        json.dump(report, handle)
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    return np.asarray(value).astype("float64").tolist()

@@ -1,0 +1,82 @@
+"""Ordinary Keras programs (tests/programs/) train the same through agnostic
+on 2 devices as with plain `model.compile` on one device, on every engine."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.conftest import engine_or_skip, run_script
+
+keras = engine_or_skip()
+
+ENGINE = keras.backend.backend()
+PROGRAMS = os.path.join("tests", "programs")
+
+
+def run_both(name, folder):
+    script = os.path.join(PROGRAMS, name + ".py")
+    results = {}
+    for mode in ("plain", "agnostic"):
+        run_script(script, mode, folder)
+        with open(os.path.join(folder, mode + ".json")) as handle:
+            report = json.load(handle)
+        weights = np.load(os.path.join(folder, mode + ".npz"))
+        report["weights"] = [weights[key] for key in sorted(weights.files, key=_number)]
+        results[mode] = report
+    return results["plain"], results["agnostic"]
+
+
+def _number(key):
+    return int(key.split("_")[1])
+
+
+def relative_difference(expected, actual):
+    largest = max(float(np.abs(w).max()) for w in expected)
+    return max(float(np.abs(a - b).max()) for a, b in zip(expected, actual)) / largest
+
+
+def assert_same_training(plain, agnostic, weights=1e-5, logs=1e-3):
+    assert len(plain["weights"]) == len(agnostic["weights"])
+    assert relative_difference(plain["weights"], agnostic["weights"]) < weights
+    assert plain["history"].keys() == agnostic["history"].keys()
+    for key, values in plain["history"].items():
+        np.testing.assert_allclose(agnostic["history"][key], values, rtol=logs, atol=logs,
+                                   err_msg=key)
+    if plain["evaluation"] is not None:
+        expected, actual = plain["evaluation"], agnostic["evaluation"]
+        if isinstance(expected, dict):
+            assert expected.keys() == actual.keys()
+            expected, actual = list(expected.values()), [actual[k] for k in expected]
+        np.testing.assert_allclose(actual, expected, rtol=logs, atol=logs)
+
+
+def test_batch_normalization_uses_the_global_batch(tmp_path):
+    plain, agnostic = run_both("batchnorm_cnn", tmp_path)
+    assert_same_training(plain, agnostic)
+    np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
+
+
+def test_count_metrics_count_every_process_samples(tmp_path):
+    plain, agnostic = run_both("count_metrics", tmp_path)
+    assert plain["history"]["tp"][0] > 10  # counts, not ratios
+    assert_same_training(plain, agnostic)
+
+
+@pytest.mark.skipif(ENGINE not in ("tensorflow", "torch"),
+                    reason="the guide's train_step variants here: TensorFlow, torch")
+def test_the_guides_custom_train_step_reports_one_device_numbers(tmp_path):
+    plain, agnostic = run_both("custom_train_step", tmp_path)
+    assert_same_training(plain, agnostic)
+
+
+def test_every_process_loads_the_file_just_saved(tmp_path):
+    plain, agnostic = run_both("save_then_load", tmp_path)
+    assert_same_training(plain, agnostic)
+    loads = sorted(name for name in os.listdir(tmp_path) if "agnostic-loaded-by" in name)
+    assert len(loads) == (2 if ENGINE == "torch" else 1)
+    for name in loads:
+        assert float(open(tmp_path / name).read()) == 0.0, name
+    # The file holds what plain Keras writes for the model, nothing twice.
+    assert agnostic["entries"] == plain["entries"]
+    np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)

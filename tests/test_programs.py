@@ -4,8 +4,6 @@ import json
 import os
 
 import numpy as np
-import pytest
-
 from tests.conftest import engine_or_skip, run_script
 
 keras = engine_or_skip()
@@ -14,11 +12,11 @@ ENGINE = keras.backend.backend()
 PROGRAMS = os.path.join("tests", "programs")
 
 
-def run_both(name, folder):
+def run_both(name, folder, env=None):
     script = os.path.join(PROGRAMS, name + ".py")
     results = {}
     for mode in ("plain", "agnostic"):
-        run_script(script, mode, folder)
+        run_script(script, mode, folder, env=env if mode == "agnostic" else None)
         with open(os.path.join(folder, mode + ".json")) as handle:
             report = json.load(handle)
         weights = np.load(os.path.join(folder, mode + ".npz"))
@@ -55,6 +53,18 @@ def test_batch_normalization_uses_the_global_batch(tmp_path):
     plain, agnostic = run_both("batchnorm_cnn", tmp_path)
     assert_same_training(plain, agnostic)
     np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
+    np.testing.assert_allclose(agnostic["by_template"], plain["predictions"], atol=1e-5)
+    assert agnostic["replica_spread"] == 0.0
+
+
+def test_per_replica_batch_statistics_keep_the_moving_ones_in_step(tmp_path):
+    plain, agnostic = run_both("batchnorm_cnn", tmp_path,
+                               env={"AGNOSTIC_TEST_SYNC_BATCH_NORM": "0"})
+    if ENGINE != "jax":  # JAX's one program always sees the global batch
+        assert relative_difference(plain["weights"], agnostic["weights"]) > 1e-4
+    # Every replica, and the template, hold the same moving statistics.
+    assert agnostic["replica_spread"] < 1e-6
+    np.testing.assert_allclose(agnostic["by_template"], agnostic["predictions"], atol=1e-5)
 
 
 def test_count_metrics_count_every_process_samples(tmp_path):
@@ -63,8 +73,6 @@ def test_count_metrics_count_every_process_samples(tmp_path):
     assert_same_training(plain, agnostic)
 
 
-@pytest.mark.skipif(ENGINE not in ("tensorflow", "torch"),
-                    reason="the guide's train_step variants here: TensorFlow, torch")
 def test_the_guides_custom_train_step_reports_one_device_numbers(tmp_path):
     plain, agnostic = run_both("custom_train_step", tmp_path)
     assert_same_training(plain, agnostic)

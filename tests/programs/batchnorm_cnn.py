@@ -1,6 +1,6 @@
 """A small convolutional network with batch normalization on the digits,
 as the keras.io image-classification examples build them."""
-from harness import compile, digits, finish  # noqa: I001
+from harness import compile, digits, finish, replica_spread  # noqa: I001
 
 import keras
 
@@ -18,9 +18,13 @@ model = keras.Sequential([
     keras.layers.GlobalAveragePooling2D(),
     keras.layers.Dense(10, activation="softmax"),
 ])
-model = compile(model, optimizer=keras.optimizers.SGD(0.05),
+parallel = compile(model, optimizer=keras.optimizers.SGD(0.05),
                 loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-history = model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
-evaluation = model.evaluate(x, y, batch_size=64, verbose=0)
-predictions = model.predict(x[:64], batch_size=32, verbose=0)
-finish(model, history, evaluation, predictions=predictions)
+history = parallel.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+evaluation = parallel.evaluate(x, y, batch_size=64, verbose=0)
+predictions = parallel.predict(x[:64], batch_size=32, verbose=0)
+# The model passed to compile holds the trained weights and statistics too.
+by_template = model.predict(x[:64], batch_size=32, verbose=0)
+spread = replica_spread(parallel)
+finish(parallel, history, evaluation, predictions=predictions, by_template=by_template,
+       replica_spread=spread)

@@ -18,8 +18,10 @@ class CustomModel(keras.Model):
     def metrics(self):
         return [self.loss_tracker, self.mae_metric]
 
-    def train_step(self, data):
-        x, y = data
+    def train_step(self, *arguments):
+        if ENGINE == "jax":
+            return self.jax_train_step(*arguments)
+        x, y = arguments[0]
         if ENGINE == "tensorflow":
             import tensorflow as tf
 
@@ -42,12 +44,49 @@ class CustomModel(keras.Model):
         self.mae_metric.update_state(y, y_pred)
         return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
 
-    def test_step(self, data):
-        x, y = data
+    def test_step(self, *arguments):
+        if ENGINE == "jax":
+            return self.jax_test_step(*arguments)
+        x, y = arguments[0]
         y_pred = self(x, training=False)
         self.loss_tracker.update_state(self.loss_fn(y, y_pred))
         self.mae_metric.update_state(y, y_pred)
         return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
+
+    # The guide's JAX variant: stateless, the state passed in and returned.
+    def compute_loss_and_updates(self, trainable, non_trainable, x, y, training=False):
+        y_pred, non_trainable = self.stateless_call(trainable, non_trainable, x,
+                                                    training=training)
+        return self.loss_fn(y, y_pred), (y_pred, non_trainable)
+
+    def jax_train_step(self, state, data):
+        import jax
+
+        trainable, non_trainable, optimizer_variables, metrics_variables = state
+        x, y = data
+        gradient_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
+        (loss, (y_pred, non_trainable)), gradients = gradient_fn(
+            trainable, non_trainable, x, y, training=True)
+        trainable, optimizer_variables = self.optimizer.stateless_apply(
+            optimizer_variables, gradients, trainable)
+        logs, metrics_variables = self.stateless_metrics(metrics_variables, loss, y, y_pred)
+        return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
+
+    def jax_test_step(self, state, data):
+        trainable, non_trainable, metrics_variables = state
+        x, y = data
+        loss, (y_pred, non_trainable) = self.compute_loss_and_updates(
+            trainable, non_trainable, x, y)
+        logs, metrics_variables = self.stateless_metrics(metrics_variables, loss, y, y_pred)
+        return logs, (trainable, non_trainable, metrics_variables)
+
+    def stateless_metrics(self, variables, loss, y, y_pred):
+        count = len(self.loss_tracker.variables)
+        loss_variables = self.loss_tracker.stateless_update_state(variables[:count], loss)
+        mae_variables = self.mae_metric.stateless_update_state(variables[count:], y, y_pred)
+        logs = {self.loss_tracker.name: self.loss_tracker.stateless_result(loss_variables),
+                self.mae_metric.name: self.mae_metric.stateless_result(mae_variables)}
+        return logs, loss_variables + mae_variables
 
 
 keras.utils.set_random_seed(3)

@@ -29,7 +29,9 @@ def compile(model, **kwargs):
         return model
     import agnostic
 
-    return agnostic.backend_agnostic_compile(model, gpus=REPLICAS, **kwargs)
+    sync = os.environ.get("AGNOSTIC_TEST_SYNC_BATCH_NORM", "1") == "1"
+    return agnostic.backend_agnostic_compile(model, gpus=REPLICAS, sync_batch_norm=sync,
+                                             **kwargs)
 
 
 def is_chief():
@@ -54,6 +56,38 @@ def digits(samples=256, images=False):
     if images:
         x = x.reshape(-1, 8, 8, 1)
     return x, data.target[:samples]
+
+
+def replica_spread(model):
+    """The largest difference between the copies of a weight on the devices:
+    TensorFlow's mirrored variables, torch's processes (every process must
+    call this); 0 where each weight has one copy."""
+    if ENGINE == "torch":
+        return _process_spread(model)
+    spread = 0.0
+    if ENGINE != "tensorflow":
+        return spread
+    for weight in model.weights:
+        copies = [np.asarray(c) for c in getattr(weight.value, "values", ())]
+        for copy in copies[1:]:
+            spread = max(spread, float(np.abs(copy - copies[0]).max()))
+    return spread
+
+
+def _process_spread(model):
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return 0.0
+    spread = 0.0
+    for weight in model.weights:
+        value = weight.value.detach().clone()
+        highest, lowest = value.clone(), value.clone()
+        dist.all_reduce(highest, op=dist.ReduceOp.MAX)
+        dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
+        spread = max(spread, float(torch.max(highest - lowest)))
+    return spread
 
 
 def finish(model, history=None, evaluation=None, **extra):

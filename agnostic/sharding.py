@@ -4,6 +4,7 @@ Global batch k holds samples [k*B, (k+1)*B). Process r of N takes the r-th
 N-th of every global batch, so that N processes see exactly the batches one
 device would, and average the same gradients.
 """
+import inspect
 import math
 
 import numpy as np
@@ -44,8 +45,10 @@ def shard(what, x, others, batch_size, rank, world_size):
         raise errors.UnsupportedInputError(
             f"{what}: with several processes agnostic gives each process its "
             "own shard of the data, and it can split NumPy arrays (or lists, "
-            "tuples and dicts of them). Received: x of type "
-            f"{type(x).__name__}. Pass arrays, e.g. x=np.asarray(...)."
+            "tuples and dicts of them), a keras.utils.PyDataset and a Python "
+            f"generator of batches. Received: x of type {type(x).__name__}. "
+            "Pass arrays (x=np.asarray(...)), or wrap your batches in a "
+            "keras.utils.PyDataset."
         )
     indices = shard_indices(samples, batch_size, rank, world_size)
     return take(x, indices), [take(other, indices) for other in others]
@@ -74,6 +77,67 @@ def shard_py_dataset(dataset, rank, world_size):
             dataset.on_epoch_end()
 
     return ShardedPyDataset()
+
+
+def is_generator(data):
+    """A Python generator or other one-pass iterator of batches."""
+    return inspect.isgenerator(data) or (
+        hasattr(data, "__next__") and hasattr(data, "__iter__")
+        and batching.num_samples(data) is None
+    )
+
+
+def shard_batches(batches, rank, world_size):
+    """Process `rank`'s part of each batch a generator yields: every process
+    runs the same generator and keeps its share of every global batch."""
+    for index, batch in enumerate(batches):
+        size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
+        batching.check_split(f"generator batch {index}", size, size, world_size)
+        local = size // world_size
+        yield take(batch, np.arange(rank * local, (rank + 1) * local))
+
+
+def draw_permutation(num_samples):
+    """The order in which Keras's fit(shuffle=True) would take the samples
+    on one device, drawn from the same generator: torch's data loader draws
+    from torch's, the NumPy iterator (JAX) from NumPy's."""
+    import keras
+
+    if keras.backend.backend() == "torch":
+        import torch
+
+        sampler = torch.utils.data.RandomSampler(range(num_samples))
+        return np.fromiter(iter(sampler), dtype=np.int64, count=num_samples)
+    return np.random.permutation(num_samples)
+
+
+def shuffled_shards(arrays, batch_size, rank, world_size):
+    """fit(shuffle=True) on arrays: each epoch one order over every sample,
+    drawn as one device draws it, and this process's part of each global
+    batch taken from it (Keras would shuffle each process's shard instead)."""
+    import keras
+
+    samples = batching.num_samples(arrays[0])
+
+    class ShuffledShards(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__()
+            self.order = None
+
+        def __len__(self):
+            return math.ceil(samples / batch_size)
+
+        def __getitem__(self, index):
+            if self.order is None:  # as the epoch starts, as Keras draws it
+                self.order = draw_permutation(samples)
+            batch = self.order[index * batch_size:(index + 1) * batch_size]
+            local = len(batch) // world_size
+            return take(arrays, batch[rank * local:(rank + 1) * local])
+
+        def on_epoch_end(self):
+            self.order = None
+
+    return ShuffledShards()
 
 
 def quiet_arguments(kwargs, is_chief):
@@ -176,8 +240,18 @@ def shard_inputs(what, x, y, given, rank, world):
 
     if isinstance(x, keras.utils.PyDataset):  # batches come from the dataset
         return shard_py_dataset(x, rank, world), y, given
+    if is_generator(x):
+        return shard_batches(x, rank, world), y, given
     batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
     weights = given.get("sample_weight")
+    if what == "fit" and given.get("shuffle", True) is True and batching.num_samples(x):
+        arrays = (x, y, weights)
+        while arrays[-1] is None:  # as Keras's batches: (x,), (x, y) or (x, y, weights)
+            arrays = arrays[:-1]
+        given.pop("batch_size", None)
+        given.pop("sample_weight", None)
+        given["shuffle"] = False  # the order is drawn above, for every process alike
+        return shuffled_shards(arrays, batch_size, rank, world), None, given
     x, (y, weights) = shard(what, x, [y, weights], batch_size, rank, world)
     if weights is not None:
         given["sample_weight"] = weights

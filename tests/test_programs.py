@@ -4,6 +4,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 from tests.conftest import engine_or_skip, run_script
 
 keras = engine_or_skip()
@@ -12,11 +13,13 @@ ENGINE = keras.backend.backend()
 PROGRAMS = os.path.join("tests", "programs")
 
 
-def run_both(name, folder, env=None):
+def run_both(name, folder, env=None, both=False):
+    """Runs a program plainly, then through agnostic (with `env`; the plain
+    run too when `both`)."""
     script = os.path.join(PROGRAMS, name + ".py")
     results = {}
     for mode in ("plain", "agnostic"):
-        run_script(script, mode, folder, env=env if mode == "agnostic" else None)
+        run_script(script, mode, folder, env=env if mode == "agnostic" or both else None)
         with open(os.path.join(folder, mode + ".json")) as handle:
             report = json.load(handle)
         weights = np.load(os.path.join(folder, mode + ".npz"))
@@ -88,3 +91,27 @@ def test_every_process_loads_the_file_just_saved(tmp_path):
     # The file holds what plain Keras writes for the model, nothing twice.
     assert agnostic["entries"] == plain["entries"]
     np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
+
+
+def test_a_generator_loses_no_batch(tmp_path):
+    plain, agnostic = run_both("generator", tmp_path)
+    assert_same_training(plain, agnostic)
+
+
+def test_arrays_shuffled_with_a_seed_give_one_device_batches(tmp_path):
+    plain, agnostic = run_both("shuffled_arrays", tmp_path)
+    assert_same_training(plain, agnostic)
+
+
+@pytest.mark.parametrize("shuffle", ["0", "1"])
+def test_a_pydataset_trains_like_one_device(shuffle, tmp_path):
+    plain, agnostic = run_both("pydataset", tmp_path, env={"PROGRAM_SHUFFLE": shuffle},
+                               both=True)
+    assert_same_training(plain, agnostic)
+
+
+@pytest.mark.skipif(ENGINE != "tensorflow", reason="tf.data is TensorFlow's pipeline; "
+                    "the tensorflow environment runs this program")
+def test_a_seeded_tf_data_shuffle_gives_one_device_batches(tmp_path):
+    plain, agnostic = run_both("tf_data_shuffle", tmp_path)
+    assert_same_training(plain, agnostic)

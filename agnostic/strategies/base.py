@@ -1,5 +1,7 @@
 """What every strategy shares: the interface and the replica-model helpers."""
+import contextlib
 import functools
+import random
 
 from agnostic import backup, batching, checkpoints, errors
 
@@ -28,7 +30,7 @@ def build_replica_model(template, scope, compile_kwargs, clone_function=None):
     """
     import keras
 
-    with scope:
+    with scope, _random_state_kept():
         try:
             model = keras.models.clone_model(template, clone_function=clone_function)
         except Exception as error:  # clone_model raises many types
@@ -53,6 +55,21 @@ def scope_replicas():
     import tensorflow as tf
 
     return tf.distribute.get_strategy().num_replicas_in_sync
+
+
+@contextlib.contextmanager
+def _random_state_kept():
+    """Cloning draws seeds for the new layers' initializers from Python's and
+    NumPy's generators; what the script draws next (a PyDataset's shuffled
+    order, say) must be what it draws on one device, where no clone is made."""
+    import numpy as np
+
+    kept = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(kept[0])
+        np.random.set_state(kept[1])
 
 
 def fresh_compile_objects(compile_kwargs):

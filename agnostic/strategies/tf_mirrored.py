@@ -10,6 +10,7 @@ import itertools
 import logging
 
 from agnostic import batch_norm
+from agnostic.compat import tf_first_batch
 from agnostic.strategies import base, tf_workers
 
 LOGGER = logging.getLogger("agnostic")
@@ -54,6 +55,7 @@ class TFMirroredStrategy(base.Strategy):
             # Per-replica statistics: the moving ones are still averaged.
             scope = strategy.scope() if self.sync_batch_norm else _central_scope(strategy)
             model = base.build_replica_model(template, scope, compile_kwargs, clone)
+            tf_first_batch.build_without_reading(model, strategy)
             base.wrap_returned_model(model, template, self.plan.num_replicas)
             return model
         LOGGER.info(
@@ -64,6 +66,7 @@ class TFMirroredStrategy(base.Strategy):
         )
         model = base.build_replica_model(template, _central_scope(strategy), compile_kwargs,
                                          clone)
+        tf_first_batch.build_without_reading(model, strategy)
         _update_metrics_in_place(model)
         base.wrap_returned_model(model, template, self.plan.num_replicas)
         return model

@@ -3,6 +3,7 @@
 Keras 3.15's fit needs help under it.
 """
 from agnostic import _startup, errors, sharding
+from agnostic.compat import tf_first_batch
 from agnostic.strategies import base
 
 
@@ -31,7 +32,7 @@ def compile(plan, template, compile_kwargs, clone_function=None):
     _chief_weights(workers, template)
     model = base.build_replica_model(template, workers.scope(), compile_kwargs,
                                      clone_function)
-    _build_from_local_batch(model, workers)
+    tf_first_batch.build_without_reading(model, workers)
     _one_value_per_replica(model)
     is_chief = plan.process_id == 0
     base.wrap_returned_model(model, template, plan.num_replicas, is_chief=is_chief)
@@ -58,29 +59,6 @@ def _chief_weights(workers, template):
                        axis=None).numpy()
         for w in weights
     ])
-
-
-def _build_from_local_batch(model, workers):
-    # Keras builds the metrics and optimizer from a first batch, which it
-    # first averages over every replica; across workers the engine refuses
-    # that ("Tensor conversion requested ... PerReplica"). The shapes are all
-    # the build needs, so this worker's first replica's batch serves.
-    import tensorflow as tf
-
-    def local(value):
-        if isinstance(value, tf.distribute.DistributedValues):
-            return workers.experimental_local_results(value)[0]
-        return value
-
-    def build(iterator=None, data_batch=None):
-        if iterator is not None:
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(local, next(batches))
-                break
-        with workers.scope():
-            model._symbolic_build(data_batch=data_batch)
-
-    model._maybe_symbolic_build = build
 
 
 def _one_value_per_replica(model):

@@ -42,6 +42,7 @@ def build_replica_model(template, scope, compile_kwargs, clone_function=None):
                 "get_config() and from_config()."
             ) from error
         model.set_weights(template.get_weights())
+        _same_random_seeds(template, model)
         model.compile(**fresh_compile_objects(compile_kwargs))
         if keras.backend.backend() == "tensorflow":
             from agnostic.compat import tf_loss_scaling
@@ -55,6 +56,19 @@ def scope_replicas():
     import tensorflow as tf
 
     return tf.distribute.get_strategy().num_replicas_in_sync
+
+
+def _same_random_seeds(template, model):
+    """The copy's random layers (Dropout, augmentation) start from the
+    template's seeds: their states are variables but not weights, and the
+    clone drew new ones."""
+    weights = {id(weight) for weight in model.weights}
+    copies = [v for v in model.variables if id(v) not in weights]
+    originals = [v for v in template.variables
+                 if id(v) not in {id(w) for w in template.weights}]
+    if len(copies) == len(originals):
+        for copy, original in zip(copies, originals):
+            copy.assign(original)
 
 
 @contextlib.contextmanager

@@ -179,3 +179,16 @@ if ENGINE != "torch":  # torchrun and agnostic launch meet before torch starts
         if ENGINE == "tensorflow":
             assert "did not reach every worker named in TF_CONFIG" in result.stderr
             assert "AGNOSTIC_JOIN_SECONDS" in result.stderr
+
+
+def test_every_process_of_every_node_loads_the_file_just_saved(tmp_path):
+    # tests/programs/save_then_load.py saves, then loads, twice, in every process.
+    port = free_port()
+    script = os.path.join("tests", "programs", "save_then_load.py")
+    nodes = [start_node(rank, port, script, "agnostic", tmp_path) for rank in (0, 1)]
+    codes, outputs, _ = finish(nodes)
+    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    loads = sorted(name for name in os.listdir(tmp_path) if "loaded-by" in name)
+    assert loads == ["agnostic-loaded-by-0.txt", "agnostic-loaded-by-1.txt"]
+    for name in loads:
+        assert float(open(tmp_path / name).read()) == 0.0, name

@@ -35,7 +35,8 @@ def compile(plan, template, compile_kwargs, clone_function=None):
     tf_first_batch.build_without_reading(model, workers)
     _one_value_per_replica(model)
     is_chief = plan.process_id == 0
-    base.wrap_returned_model(model, template, plan.num_replicas, is_chief=is_chief)
+    base.wrap_returned_model(model, template, plan.num_replicas, is_chief=is_chief,
+                             barrier=lambda: _barrier(workers))
     sharding.quiet_unless_chief(model, is_chief)
     return model
 
@@ -59,6 +60,14 @@ def _chief_weights(workers, template):
                        axis=None).numpy()
         for w in weights
     ])
+
+
+def _barrier(workers):
+    """Every worker waits here for the others: a sum across workers."""
+    import tensorflow as tf
+
+    ones = workers.experimental_distribute_values_from_function(lambda context: tf.ones(()))
+    workers.reduce("SUM", ones, axis=None)
 
 
 def _one_value_per_replica(model):

@@ -21,6 +21,7 @@ from agnostic.errors import (
     ModelCopyError,
     NotSupportedError,
     SingleDeviceWarning,
+    UnaveragedGradientsWarning,
     UnsupportedInputError,
 )
 from agnostic.plan import Plan, resolve
@@ -39,6 +40,7 @@ __all__ = [
     "NotSupportedError",
     "Plan",
     "SingleDeviceWarning",
+    "UnaveragedGradientsWarning",
     "UnsupportedInputError",
     "backend_agnostic_compile",
     "load_model",

@@ -29,6 +29,11 @@ class CpuDevicesWarning(UserWarning):
     """AGNOSTIC_CPU_DEVICES could not be applied to the engine."""
 
 
+class UnaveragedGradientsWarning(UserWarning):
+    """A training step updated weights without the optimizer agnostic
+    averages gradients in: this step trains differently from one device."""
+
+
 class LaunchError(AgnosticError, RuntimeError):
     """The processes of a multi-process strategy cannot be started or joined."""
 

@@ -192,3 +192,20 @@ def test_every_process_of_every_node_loads_the_file_just_saved(tmp_path):
     assert loads == ["agnostic-loaded-by-0.txt", "agnostic-loaded-by-1.txt"]
     for name in loads:
         assert float(open(tmp_path / name).read()) == 0.0, name
+
+
+def test_batch_normalization_over_two_nodes_uses_the_global_batch(tmp_path):
+    from tests.conftest import run_script
+    from tests.test_programs import relative_difference
+
+    script = os.path.join("tests", "programs", "batchnorm_cnn.py")
+    run_script(script, "plain", tmp_path)
+    port = free_port()
+    nodes = [start_node(rank, port, script, "agnostic", tmp_path) for rank in (0, 1)]
+    codes, outputs, _ = finish(nodes)
+    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    plain, agnostic = (np.load(tmp_path / f"{mode}.npz") for mode in ("plain", "agnostic"))
+    names = sorted(plain.files, key=lambda key: int(key.split("_")[1]))
+    assert relative_difference([plain[n] for n in names], [agnostic[n] for n in names]) < 1e-5
+    report = json.loads((tmp_path / "agnostic.json").read_text())
+    assert report["replica_spread"] == 0.0  # every process's moving statistics alike

@@ -52,8 +52,10 @@ def assert_same_training(plain, agnostic, weights=1e-5, logs=1e-3):
         np.testing.assert_allclose(actual, expected, rtol=logs, atol=logs)
 
 
-def test_batch_normalization_uses_the_global_batch(tmp_path):
-    plain, agnostic = run_both("batchnorm_cnn", tmp_path)
+@pytest.mark.parametrize("replicas", ["2", "4"])
+def test_batch_normalization_uses_the_global_batch(replicas, tmp_path):
+    plain, agnostic = run_both("batchnorm_cnn", tmp_path,
+                               env={"AGNOSTIC_TEST_REPLICAS": replicas})
     assert_same_training(plain, agnostic)
     np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
     np.testing.assert_allclose(agnostic["by_template"], plain["predictions"], atol=1e-5)
@@ -78,6 +80,14 @@ def test_count_metrics_count_every_process_samples(tmp_path):
 
 def test_the_guides_custom_train_step_reports_one_device_numbers(tmp_path):
     plain, agnostic = run_both("custom_train_step", tmp_path)
+    assert_same_training(plain, agnostic)
+
+
+@pytest.mark.skipif(ENGINE != "tensorflow", reason="the step's own optimizer: the "
+                    "TensorFlow variant (torch warns, see test_torch_ddp)")
+def test_a_custom_step_with_an_optimizer_of_its_own(tmp_path):
+    plain, agnostic = run_both("custom_train_step", tmp_path,
+                               env={"PROGRAM_OWN_OPTIMIZER": "1"}, both=True)
     assert_same_training(plain, agnostic)
 
 

@@ -7,8 +7,9 @@ the mean. Keras's own train_step and test_step multiply the tracked loss
 back (`unscale_loss_for_distribution`); a step written as the Keras guide
 shows does not, and its loss tracker reports 1/N of one device's loss. So
 within the steps of a model whose class writes its own, the losses stay as
-one device computes them, and the optimizer divides the summed gradients by
-N instead: the same update, and the numbers a user tracks are one device's.
+one device computes them, and every optimizer the step applies gradients
+with divides them by N instead (`BaseOptimizer.apply`, gated to those
+steps): the same update, and the numbers a user tracks are one device's.
 """
 import threading
 
@@ -39,6 +40,7 @@ def keep_losses_unscaled(model, num_replicas):
     def unscaled(step):
         def run(*args, **kwargs):
             _inside.depth = getattr(_inside, "depth", 0) + 1
+            _inside.replicas = num_replicas
             try:
                 return step(*args, **kwargs)
             finally:
@@ -46,17 +48,8 @@ def keep_losses_unscaled(model, num_replicas):
 
         return run
 
-    def averaged(apply):
-        def run(gradients, trainable_variables=None):
-            if _active():
-                gradients = [_divide(g, num_replicas) for g in gradients]
-            return apply(gradients, trainable_variables)
-
-        return run
-
     for name in steps:
         base.wrap_method(model, name, unscaled)
-    base.wrap_method(model.optimizer, "apply", averaged)
     return True
 
 
@@ -66,6 +59,7 @@ def _active():
 
 def _install():
     from keras.src.losses import loss as losses
+    from keras.src.optimizers import base_optimizer
 
     if _original:
         return
@@ -80,6 +74,25 @@ def _install():
             )
         _original[name] = getattr(losses, name)
         setattr(losses, name, _skipped_inside_own_steps(_original[name]))
+    # Every optimizer a step applies gradients with (the model's, a GAN's
+    # two, a loss-scale optimizer's inner one) divides them, once.
+    optimizer_class = base_optimizer.BaseOptimizer
+    _original["apply"] = optimizer_class.apply
+    optimizer_class.apply = _averaged(optimizer_class.apply)
+
+
+def _averaged(apply):
+    def run(self, grads, trainable_variables=None):
+        if not _active() or getattr(_inside, "dividing", False):
+            return apply(self, grads, trainable_variables)
+        _inside.dividing = True
+        try:
+            grads = [_divide(g, _inside.replicas) for g in grads]
+            return apply(self, grads, trainable_variables)
+        finally:
+            _inside.dividing = False
+
+    return run
 
 
 def _skipped_inside_own_steps(function):

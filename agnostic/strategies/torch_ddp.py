@@ -107,9 +107,11 @@ def _average_gradients(model, world_size):
         model.__dict__["_agnostic_reducer"].close()  # compiled again
     reducer = torch_reduce.GradientReducer(model.trainable_variables, world_size)
 
+    step_name = f"{type(model).__name__}.train_step"
+
     def step(train_step):
         def run(*args, **kwargs):
-            return reducer.step(lambda: train_step(*args, **kwargs))
+            return reducer.step(lambda: train_step(*args, **kwargs), step_name)
 
         return run
 

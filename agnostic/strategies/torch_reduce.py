@@ -88,6 +88,8 @@ class GradientReducer:
             for weight in bucket:
                 self.bucket_of[id(weight)] = index
         self.active = False
+        self.applied = False  # the optimizer got the step's gradients
+        self.warned = False
         self.early = 0  # buckets sent during the last step's backward
         self.hooks = [
             weight.register_post_accumulate_grad_hook(self._gradient_ready)
@@ -102,8 +104,8 @@ class GradientReducer:
             hook.remove()
         self.hooks = []
 
-    def step(self, run):
-        self.active, self.plain = True, True
+    def step(self, run, name="train_step"):
+        self.active, self.plain, self.applied = True, True, False
         self.noted, self.ready = set(), [0] * len(self.buckets)
         self.sent, self.early = [], 0
         try:
@@ -113,7 +115,25 @@ class GradientReducer:
             # may never send their part of what this one sent: no waiting.
             self.active = False
         self._wait()
+        if self.noted and not self.applied and not self.warned:
+            self._warn_unaveraged(name)
         return result
+
+    def _warn_unaveraged(self, name):
+        import warnings
+
+        from agnostic import errors
+
+        self.warned = True
+        warnings.warn(
+            f"{name} ran backward but did not pass the gradients to the model's "
+            "optimizer (self.optimizer.apply or apply_gradients), where agnostic "
+            f"averages them across the {self.world_size} processes: the weights "
+            "it updated some other way (another optimizer, a manual update) "
+            "train differently from one device and drift apart between "
+            "processes. Apply gradients through self.optimizer.",
+            errors.UnaveragedGradientsWarning, stacklevel=2,
+        )
 
     def _gradient_ready(self, weight):
         if not self.active:
@@ -146,6 +166,7 @@ class GradientReducer:
         return sent
 
     def average(self, gradients, variables):
+        self.applied = True
         present = [g for g in gradients if g is not None]
         own = [v.value.grad for v in variables] if variables is not None else None
         plain = (self.active and self.plain and own is not None

@@ -3,8 +3,12 @@ with its own train_step and test_step, a loss tracker and a metric, in the
 variant for the engine that runs it."""
 from harness import ENGINE, compile, digits, finish  # noqa: I001
 
+import os
+
 import keras
 from keras import ops
+
+OWN_OPTIMIZER = os.environ.get("PROGRAM_OWN_OPTIMIZER") == "1"
 
 
 class CustomModel(keras.Model):
@@ -13,6 +17,8 @@ class CustomModel(keras.Model):
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.mae_metric = keras.metrics.MeanAbsoluteError(name="mae")
         self.loss_fn = keras.losses.MeanSquaredError()
+        # As a GAN's step applies its own optimizers (TensorFlow variant).
+        self.own_optimizer = keras.optimizers.SGD(0.1) if OWN_OPTIMIZER else None
 
     @property
     def metrics(self):
@@ -29,7 +35,8 @@ class CustomModel(keras.Model):
                 y_pred = self(x, training=True)
                 loss = self.loss_fn(y, y_pred)
             gradients = tape.gradient(loss, self.trainable_variables)
-            self.optimizer.apply(gradients, self.trainable_variables)
+            optimizer = self.own_optimizer or self.optimizer
+            optimizer.apply(gradients, self.trainable_variables)
         else:  # torch
             import torch
 

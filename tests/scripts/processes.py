@@ -104,6 +104,12 @@ def main():
         }
     elif MODE == "overlap":
         result = overlap(x, y, model, rank)
+    elif MODE == "manual":  # a step that updates the weights itself
+        manual = models.build(keras, model_class=ManualUpdate)
+        manual = agnostic.backend_agnostic_compile(manual, optimizer=models.sgd(keras),
+                                                   gpus=REPLICAS, **models.COMPILE)
+        manual.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        result = {"done": True}
     if result is not None and rank == 0:
         print(json.dumps(result))
 
@@ -149,6 +155,22 @@ class TwoHalves(keras.Model):
         weights = self.trainable_weights
         with torch.no_grad():
             self.optimizer.apply([w.value.grad for w in weights], weights)
+        return {"loss": loss}
+
+
+class ManualUpdate(keras.Model):
+    """Plain SGD written by hand, past the optimizer."""
+
+    def train_step(self, data):
+        import torch
+
+        x, y = data[0], data[1]
+        self.zero_grad()
+        loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        loss.backward()
+        with torch.no_grad():
+            for weight in self.trainable_weights:
+                weight.assign(weight.value - 0.1 * weight.value.grad)
         return {"loss": loss}
 
 

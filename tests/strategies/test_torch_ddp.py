@@ -178,6 +178,15 @@ def test_gradients_are_summed_while_backward_runs(tmp_path):
     assert result["halves"] < 1e-5
 
 
+def test_a_step_that_updates_weights_past_the_optimizer_is_named(tmp_path):
+    _, _, stderr = run_script(SCRIPT, "manual", tmp_path)
+    assert stderr.count("UnaveragedGradientsWarning") == 1  # once, by the chief
+    assert "ManualUpdate.train_step ran backward but did not pass" in stderr
+    # A step through the optimizer says nothing (the "overlap" mode's steps).
+    _, _, quiet = run_script(SCRIPT, "overlap", tmp_path)
+    assert "UnaveragedGradientsWarning" not in quiet
+
+
 def test_keras_3_15_needs_our_gradient_averaging():
     # Keras 3.15 has no DistributedDataParallel of its own: the probe says so,
     # and the equivalence tests show that our averaging is what trains.

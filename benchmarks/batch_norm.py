@@ -50,8 +50,8 @@ def child(options):
         models[way].fit(x, y, batch_size=options.batch, epochs=1, verbose=0,
                         shuffle=False)  # warm-up: compilation, first steps
     result = {way: [] for way in WAYS}
-    for repeat in range(options.repeats):
-        for way in WAYS[repeat % 2:] + WAYS[:repeat % 2]:
+    for order in common.rotations(WAYS, options.repeats):
+        for way in order:
             timer = common.step_timer(keras)
             models[way].fit(x, y, batch_size=options.batch, epochs=1, verbose=0,
                             shuffle=False, callbacks=[timer])

@@ -103,6 +103,13 @@ def step_call_counter(keras, package_folder):
     return CallCounter()
 
 
+def rotations(ways, repeats):
+    """Each repeat's order of `ways`, rotated so that going first favours none."""
+    for repeat in range(repeats):
+        shift = repeat % len(ways)
+        yield ways[shift:] + ways[:shift]
+
+
 def median(values):
     return statistics.median(values) if values else float("nan")
 

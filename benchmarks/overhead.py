@@ -132,9 +132,8 @@ def child(arguments):
     for model in models.values():  # warm-up: tracing and compilation
         model.fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0)
     steps = {way: [] for way in ways}
-    for repeat in range(arguments.repeats):
-        # Rotate which goes first, so that order does not favour any.
-        for way in ways[repeat % 3:] + ways[:repeat % 3]:
+    for order in common.rotations(ways, arguments.repeats):
+        for way in order:
             timer = common.step_timer(keras)
             models[way].fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0,
                             shuffle=False, callbacks=[timer])

@@ -48,8 +48,8 @@ def child(options):
     for model in models.values():  # warm-up
         model.fit(x, y, batch_size=options.batch, epochs=1, verbose=0)
     result = {way: {"step_ms": [], "wait_ms": [], "buckets": 0} for way in WAYS}
-    for repeat in range(options.repeats):
-        for way in WAYS[repeat % 2:] + WAYS[:repeat % 2]:
+    for order in common.rotations(WAYS, options.repeats):
+        for way in order:
             timer = common.step_timer(keras)
             waits[way].clear()
             models[way].fit(x, y, batch_size=options.batch, epochs=1, verbose=0,

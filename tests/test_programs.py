@@ -80,6 +80,7 @@ def test_count_metrics_count_every_process_samples(tmp_path):
 
 def test_the_guides_custom_train_step_reports_one_device_numbers(tmp_path):
     plain, agnostic = run_both("custom_train_step", tmp_path)
+    assert plain["history"]["seen"] == [256.0, 256.0]  # a Sum: every sample of an epoch
     assert_same_training(plain, agnostic)
 
 

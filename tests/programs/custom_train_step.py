@@ -16,13 +16,14 @@ class CustomModel(keras.Model):
         super().__init__(*args, **kwargs)
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.mae_metric = keras.metrics.MeanAbsoluteError(name="mae")
+        self.seen = keras.metrics.Sum(name="seen")  # samples trained on: a count
         self.loss_fn = keras.losses.MeanSquaredError()
         # As a GAN's step applies its own optimizers (TensorFlow variant).
         self.own_optimizer = keras.optimizers.SGD(0.1) if OWN_OPTIMIZER else None
 
     @property
     def metrics(self):
-        return [self.loss_tracker, self.mae_metric]
+        return [self.loss_tracker, self.mae_metric, self.seen]
 
     def train_step(self, *arguments):
         if ENGINE == "jax":
@@ -49,7 +50,8 @@ class CustomModel(keras.Model):
                 self.optimizer.apply([w.value.grad for w in weights], weights)
         self.loss_tracker.update_state(loss)
         self.mae_metric.update_state(y, y_pred)
-        return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
+        self.seen.update_state(ops.cast(ops.shape(x)[0], "float32"))
+        return {m.name: m.result() for m in self.metrics}
 
     def test_step(self, *arguments):
         if ENGINE == "jax":
@@ -58,7 +60,8 @@ class CustomModel(keras.Model):
         y_pred = self(x, training=False)
         self.loss_tracker.update_state(self.loss_fn(y, y_pred))
         self.mae_metric.update_state(y, y_pred)
-        return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
+        self.seen.update_state(ops.cast(ops.shape(x)[0], "float32"))
+        return {m.name: m.result() for m in self.metrics}
 
     # The guide's JAX variant: stateless, the state passed in and returned.
     def compute_loss_and_updates(self, trainable, non_trainable, x, y, training=False):
@@ -76,7 +79,7 @@ class CustomModel(keras.Model):
             trainable, non_trainable, x, y, training=True)
         trainable, optimizer_variables = self.optimizer.stateless_apply(
             optimizer_variables, gradients, trainable)
-        logs, metrics_variables = self.stateless_metrics(metrics_variables, loss, y, y_pred)
+        logs, metrics_variables = self.stateless_metrics(metrics_variables, loss, x, y, y_pred)
         return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
 
     def jax_test_step(self, state, data):
@@ -84,16 +87,19 @@ class CustomModel(keras.Model):
         x, y = data
         loss, (y_pred, non_trainable) = self.compute_loss_and_updates(
             trainable, non_trainable, x, y)
-        logs, metrics_variables = self.stateless_metrics(metrics_variables, loss, y, y_pred)
+        logs, metrics_variables = self.stateless_metrics(metrics_variables, loss, x, y, y_pred)
         return logs, (trainable, non_trainable, metrics_variables)
 
-    def stateless_metrics(self, variables, loss, y, y_pred):
-        count = len(self.loss_tracker.variables)
-        loss_variables = self.loss_tracker.stateless_update_state(variables[:count], loss)
-        mae_variables = self.mae_metric.stateless_update_state(variables[count:], y, y_pred)
-        logs = {self.loss_tracker.name: self.loss_tracker.stateless_result(loss_variables),
-                self.mae_metric.name: self.mae_metric.stateless_result(mae_variables)}
-        return logs, loss_variables + mae_variables
+    def stateless_metrics(self, variables, loss, x, y, y_pred):
+        logs, updated, start = {}, [], 0
+        for metric, arguments in ((self.loss_tracker, (loss,)), (self.mae_metric, (y, y_pred)),
+                                  (self.seen, (ops.cast(ops.shape(x)[0], "float32"),))):
+            own = variables[start:start + len(metric.variables)]
+            start += len(metric.variables)
+            own = metric.stateless_update_state(own, *arguments)
+            logs[metric.name] = metric.stateless_result(own)
+            updated += own
+        return logs, updated
 
 
 keras.utils.set_random_seed(3)

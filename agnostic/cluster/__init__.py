@@ -1,0 +1,81 @@
+"""Where this process stands in a job that a scheduler (or a person) started:
+one small module per environment, each answering the same questions, tried
+in a fixed order. The first that finds its variables wins.
+
+    >>> from agnostic import cluster
+    >>> cluster.detect()          # None when started plainly
+    Environment(name='slurm', world_size=4, rank=1, ...)
+"""
+import dataclasses
+import importlib
+import os
+from typing import Optional
+
+from agnostic import errors
+
+# Explicit variables first (they also override what a scheduler says), then
+# the schedulers, as Lightning and JAX order theirs.
+ORDER = (
+    "agnostic.cluster.torchrun",
+    "agnostic.cluster.keras_variables",
+    "agnostic.cluster.tf_config",
+    "agnostic.cluster.rank_variables",
+    "agnostic.cluster.slurm",
+    "agnostic.cluster.openmpi",
+    "agnostic.cluster.kubeflow_jax",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """One process's place in a multi-process job."""
+
+    name: str  # "torchrun", "slurm", ...
+    world_size: int  # processes in the job
+    rank: int  # this process, 0 is the chief
+    local_rank: int = 0  # among the processes of its node
+    node_rank: int = 0
+    coordinator: Optional[str] = None  # the chief's host; None: shared at start
+    port: Optional[int] = None
+    started_by_scheduler: bool = True  # False: agnostic starts the processes
+
+    @property
+    def is_chief(self):
+        return self.rank == 0
+
+
+def detect(environ=None):
+    """The first environment of ORDER present in `environ`, or None."""
+    environ = os.environ if environ is None else environ
+    for module_name in ORDER:
+        found = importlib.import_module(module_name).detect(environ)
+        if found is not None:
+            return found
+    return None
+
+
+def whole_number(environ, name, default=None, least=0):
+    """`environ[name]` as an int of at least `least`, or a LaunchError that
+    names the variable, its value and what was expected."""
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise errors.LaunchError(f"{name} is not set, and this environment needs it.")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise errors.LaunchError(
+            f"{name} must be a whole number of at least {least}. Received: {name}={raw!r}"
+        )
+    return value
+
+
+def check_rank(name, rank, world_size):
+    if not 0 <= rank < world_size:
+        raise errors.LaunchError(
+            f"{name}: the rank must be between 0 and the number of processes - 1. "
+            f"Received: rank={rank}, processes={world_size}"
+        )

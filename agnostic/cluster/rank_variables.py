@@ -1,0 +1,19 @@
+"""RANK and WORLD_SIZE set by hand, by Kubeflow's PyTorchJob (one process
+per pod, RANK the pod's) or by agnostic for the processes it starts."""
+from agnostic import cluster
+
+
+def detect(environ):
+    if "RANK" not in environ or "WORLD_SIZE" not in environ:
+        return None
+    world_size = cluster.whole_number(environ, "WORLD_SIZE", least=1)
+    rank = cluster.whole_number(environ, "RANK")
+    cluster.check_rank("RANK", rank, world_size)
+    local_rank = cluster.whole_number(environ, "LOCAL_RANK", default=-1, least=-1)
+    return cluster.Environment(
+        "rank-variables", world_size, rank,
+        local_rank=0 if local_rank < 0 else local_rank,
+        node_rank=rank if local_rank < 0 else 0,
+        coordinator=environ.get("MASTER_ADDR", "127.0.0.1"),
+        port=cluster.whole_number(environ, "MASTER_PORT", default=29500, least=1),
+    )

@@ -1,0 +1,56 @@
+"""SLURM: the tasks of a job step started by `srun` (inside `sbatch`).
+
+An interactive allocation (`salloc`, then plain `python`) is no multi-task
+step: SLURM sets no SLURM_PROCID there, so it is not taken for one.
+"""
+import re
+
+from agnostic import cluster
+
+# A port for the coordinator, the same on every task of a job, from its id.
+PORT_BASE = 15000
+PORT_RANGE = 20000
+
+
+def detect(environ):
+    if "SLURM_PROCID" not in environ or "SLURM_STEP_ID" not in environ:
+        return None
+    world_size = cluster.whole_number(
+        environ, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ
+        else "SLURM_NTASKS", least=1)
+    if world_size < 2:
+        return None
+    rank = cluster.whole_number(environ, "SLURM_PROCID")
+    cluster.check_rank("SLURM_PROCID", rank, world_size)
+    nodes = expand_nodelist(environ.get("SLURM_STEP_NODELIST")
+                            or environ.get("SLURM_JOB_NODELIST") or "127.0.0.1")
+    if "MASTER_PORT" in environ:
+        port = cluster.whole_number(environ, "MASTER_PORT", least=1)
+    else:
+        job = cluster.whole_number(environ, "SLURM_JOB_ID", default=0)
+        port = PORT_BASE + job % PORT_RANGE
+    return cluster.Environment(
+        "slurm", world_size, rank,
+        local_rank=cluster.whole_number(environ, "SLURM_LOCALID", default=0),
+        node_rank=cluster.whole_number(environ, "SLURM_NODEID", default=0),
+        coordinator=nodes[0], port=port,
+    )
+
+
+def expand_nodelist(nodelist):
+    """SLURM's compact host list as host names, in order:
+    "n[1-2,05],gpu3" -> ["n1", "n2", "n05", "gpu3"]."""
+    hosts = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,]+)", nodelist):
+        if plain:
+            hosts.append(plain.strip())
+            continue
+        for part in ranges.split(","):
+            first, _, last = part.partition("-")
+            if not last:
+                hosts.append(prefix + first)
+                continue
+            width = len(first)
+            hosts += [f"{prefix}{number:0{width}d}"
+                      for number in range(int(first), int(last) + 1)]
+    return hosts

@@ -1,0 +1,18 @@
+"""torchrun (TorchElastic): it starts the processes and sets RANK,
+WORLD_SIZE, LOCAL_RANK, GROUP_RANK, MASTER_ADDR and MASTER_PORT."""
+from agnostic import cluster
+
+
+def detect(environ):
+    if "TORCHELASTIC_RUN_ID" not in environ:
+        return None
+    world_size = cluster.whole_number(environ, "WORLD_SIZE", least=1)
+    rank = cluster.whole_number(environ, "RANK")
+    cluster.check_rank("torchrun", rank, world_size)
+    return cluster.Environment(
+        "torchrun", world_size, rank,
+        local_rank=cluster.whole_number(environ, "LOCAL_RANK", default=0),
+        node_rank=cluster.whole_number(environ, "GROUP_RANK", default=0),
+        coordinator=environ.get("MASTER_ADDR", "127.0.0.1"),
+        port=cluster.whole_number(environ, "MASTER_PORT", default=29500, least=1),
+    )

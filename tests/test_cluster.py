@@ -1,0 +1,129 @@
+"""The cluster-environment layer: each scheduler's variables, exactly as the
+scheduler sets them, read into the same answers. No engine needed."""
+import json
+
+import pytest
+
+from agnostic import cluster, errors
+from agnostic.cluster import slurm
+
+
+def test_a_plain_process_is_in_no_environment():
+    assert cluster.detect({"PATH": "/usr/bin", "HOME": "/root"}) is None
+
+
+def test_torchrun():
+    found = cluster.detect({
+        "TORCHELASTIC_RUN_ID": "none", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+        "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400",
+    })
+    assert found == cluster.Environment("torchrun", 4, 3, local_rank=1, node_rank=1,
+                                        coordinator="10.0.0.1", port=29400)
+
+
+def test_torchrun_under_srun_is_torchrun():
+    environ = dict(srun_task(rank=1), TORCHELASTIC_RUN_ID="7", RANK="5", WORLD_SIZE="8")
+    assert cluster.detect(environ).name == "torchrun"
+
+
+def srun_task(rank=0, tasks=2, nodelist="n[1-2]", job="4242"):
+    # What srun sets in each task of `srun -N2 -n2 python train.py`.
+    return {"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": str(tasks), "SLURM_STEP_NUM_TASKS": str(tasks),
+            "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank),
+            "SLURM_STEP_NODELIST": nodelist, "SLURM_JOB_NODELIST": nodelist}
+
+
+def test_slurm_task_of_a_job_step():
+    found = cluster.detect(srun_task(rank=1))
+    assert found == cluster.Environment("slurm", 2, 1, local_rank=0, node_rank=1,
+                                        coordinator="n1", port=15000 + 4242)
+    # MASTER_PORT chooses the port instead of the job id.
+    assert cluster.detect(dict(srun_task(), MASTER_PORT="23456")).port == 23456
+
+
+def test_an_interactive_allocation_is_no_multi_task_job():
+    # salloc -N2, then plain python: the allocation's variables, no step task.
+    assert cluster.detect({"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2",
+                           "SLURM_JOB_NODELIST": "n[1-2]"}) is None
+    # One task of a step: nothing to join either.
+    assert cluster.detect(srun_task(tasks=1)) is None
+
+
+@pytest.mark.parametrize("nodelist, hosts", [
+    ("n1", ["n1"]),
+    ("n[1-2,5]", ["n1", "n2", "n5"]),
+    ("gpu[08-10],login", ["gpu08", "gpu09", "gpu10", "login"]),
+    ("a[1],b[3-4]", ["a1", "b3", "b4"]),
+])
+def test_slurm_host_lists(nodelist, hosts):
+    assert slurm.expand_nodelist(nodelist) == hosts
+
+
+def test_open_mpi():
+    found = cluster.detect({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+                            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                            "OMPI_COMM_WORLD_NODE_RANK": "1"})
+    assert (found.name, found.world_size, found.rank, found.local_rank) == ("openmpi", 2, 1, 1)
+    assert found.coordinator is None  # shared at start by rank 0
+
+
+def test_kubeflow_tfjob_chief_is_rank_0_and_workers_follow():
+    roles = {"chief": ["trainer-chief-0:2222"],
+             "worker": ["trainer-worker-0:2222", "trainer-worker-1:2222"]}
+
+    def task(kind, index):
+        return {"TF_CONFIG": json.dumps({"cluster": roles,
+                                         "task": {"type": kind, "index": index}})}
+
+    chief = cluster.detect(task("chief", 0))
+    assert (chief.name, chief.world_size, chief.rank) == ("tf-config", 3, 0)
+    assert chief.coordinator == "trainer-chief-0" and chief.port == 2222
+    assert cluster.detect(task("worker", 0)).rank == 1
+    assert cluster.detect(task("worker", 1)).rank == 2
+
+
+def test_tf_config_roles_agnostic_cannot_train_are_refused():
+    config = {"cluster": {"worker": ["a:1", "b:1"], "ps": ["c:1"]},
+              "task": {"type": "ps", "index": 0}}
+    with pytest.raises(errors.LaunchError, match="parameter servers and evaluators"):
+        cluster.detect({"TF_CONFIG": json.dumps(config)})
+    with pytest.raises(errors.LaunchError, match="TF_CONFIG must be JSON"):
+        cluster.detect({"TF_CONFIG": "{not json"})
+
+
+def test_kubeflow_pytorchjob_one_process_per_pod():
+    # The operator sets MASTER_ADDR/PORT, WORLD_SIZE and the pod's RANK.
+    found = cluster.detect({"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
+                            "WORLD_SIZE": "3", "RANK": "2"})
+    assert found == cluster.Environment("rank-variables", 3, 2, local_rank=0, node_rank=2,
+                                        coordinator="job-master-0", port=23456)
+
+
+def test_kubeflow_jaxjob():
+    found = cluster.detect({"COORDINATOR_ADDRESS": "job-worker-0", "COORDINATOR_PORT": "6666",
+                            "NUM_PROCESSES": "2", "PROCESS_ID": "1"})
+    assert found == cluster.Environment("kubeflow-jaxjob", 2, 1, node_rank=1,
+                                        coordinator="job-worker-0", port=6666)
+
+
+def test_keras_distribution_variables():
+    found = cluster.detect({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "10.0.0.1:1234,10.0.0.2:1234",
+                            "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+                            "KERAS_DISTRIBUTION_PROCESS_ID": "1"})
+    assert (found.name, found.rank, found.coordinator, found.port) == (
+        "keras-distribution", 1, "10.0.0.1", 1234)
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"RANK": "one", "WORLD_SIZE": "2"}, "RANK must be a whole number of at least 0. "
+                                         "Received: RANK='one'"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "Received: rank=2, processes=2"),
+    (dict(srun_task(), SLURM_PROCID="-1"), "SLURM_PROCID must be a whole number"),
+    ({"KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_JOB_ADDRESSES": "nohost"},
+     "must start with the coordinator's HOST:PORT"),
+])
+def test_bad_values_are_named(environ, message):
+    with pytest.raises(errors.LaunchError) as raised:
+        cluster.detect(environ)
+    assert message in str(raised.value)

@@ -73,6 +73,14 @@ def whole_number(environ, name, default=None, least=0):
     return value
 
 
+def size_and_rank(environ, size_name, rank_name, rank_default=None):
+    """(processes, this process's rank) from two variables, checked."""
+    world_size = whole_number(environ, size_name, least=1)
+    rank = whole_number(environ, rank_name, default=rank_default)
+    check_rank(rank_name, rank, world_size)
+    return world_size, rank
+
+
 def check_rank(name, rank, world_size):
     if not 0 <= rank < world_size:
         raise errors.LaunchError(

@@ -6,9 +6,8 @@ from agnostic import cluster, errors
 def detect(environ):
     if "KERAS_DISTRIBUTION_NUM_PROCESSES" not in environ:
         return None
-    world_size = cluster.whole_number(environ, "KERAS_DISTRIBUTION_NUM_PROCESSES", least=1)
-    rank = cluster.whole_number(environ, "KERAS_DISTRIBUTION_PROCESS_ID", default=0)
-    cluster.check_rank("KERAS_DISTRIBUTION_PROCESS_ID", rank, world_size)
+    world_size, rank = cluster.size_and_rank(
+        environ, "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID", 0)
     addresses = environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "")
     host, _, port = addresses.split(",")[0].rpartition(":")
     if world_size > 1 and (not host or not port.isdigit()):

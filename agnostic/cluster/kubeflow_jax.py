@@ -6,9 +6,7 @@ from agnostic import cluster
 def detect(environ):
     if "COORDINATOR_ADDRESS" not in environ or "NUM_PROCESSES" not in environ:
         return None
-    world_size = cluster.whole_number(environ, "NUM_PROCESSES", least=1)
-    rank = cluster.whole_number(environ, "PROCESS_ID")
-    cluster.check_rank("PROCESS_ID", rank, world_size)
+    world_size, rank = cluster.size_and_rank(environ, "NUM_PROCESSES", "PROCESS_ID")
     return cluster.Environment(
         "kubeflow-jaxjob", world_size, rank, node_rank=rank,
         coordinator=environ["COORDINATOR_ADDRESS"],

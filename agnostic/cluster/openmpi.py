@@ -7,11 +7,10 @@ from agnostic import cluster
 def detect(environ):
     if "OMPI_COMM_WORLD_SIZE" not in environ:
         return None
-    world_size = cluster.whole_number(environ, "OMPI_COMM_WORLD_SIZE", least=1)
+    world_size, rank = cluster.size_and_rank(
+        environ, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
     if world_size < 2:
         return None
-    rank = cluster.whole_number(environ, "OMPI_COMM_WORLD_RANK")
-    cluster.check_rank("OMPI_COMM_WORLD_RANK", rank, world_size)
     return cluster.Environment(
         "openmpi", world_size, rank,
         local_rank=cluster.whole_number(environ, "OMPI_COMM_WORLD_LOCAL_RANK", default=0),

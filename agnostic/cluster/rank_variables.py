@@ -6,9 +6,7 @@ from agnostic import cluster
 def detect(environ):
     if "RANK" not in environ or "WORLD_SIZE" not in environ:
         return None
-    world_size = cluster.whole_number(environ, "WORLD_SIZE", least=1)
-    rank = cluster.whole_number(environ, "RANK")
-    cluster.check_rank("RANK", rank, world_size)
+    world_size, rank = cluster.size_and_rank(environ, "WORLD_SIZE", "RANK")
     local_rank = cluster.whole_number(environ, "LOCAL_RANK", default=-1, least=-1)
     return cluster.Environment(
         "rank-variables", world_size, rank,

@@ -15,13 +15,10 @@ PORT_RANGE = 20000
 def detect(environ):
     if "SLURM_PROCID" not in environ or "SLURM_STEP_ID" not in environ:
         return None
-    world_size = cluster.whole_number(
-        environ, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ
-        else "SLURM_NTASKS", least=1)
+    tasks = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
+    world_size, rank = cluster.size_and_rank(environ, tasks, "SLURM_PROCID")
     if world_size < 2:
         return None
-    rank = cluster.whole_number(environ, "SLURM_PROCID")
-    cluster.check_rank("SLURM_PROCID", rank, world_size)
     nodes = expand_nodelist(environ.get("SLURM_STEP_NODELIST")
                             or environ.get("SLURM_JOB_NODELIST") or "127.0.0.1")
     if "MASTER_PORT" in environ:

@@ -6,9 +6,7 @@ from agnostic import cluster
 def detect(environ):
     if "TORCHELASTIC_RUN_ID" not in environ:
         return None
-    world_size = cluster.whole_number(environ, "WORLD_SIZE", least=1)
-    rank = cluster.whole_number(environ, "RANK")
-    cluster.check_rank("torchrun", rank, world_size)
+    world_size, rank = cluster.size_and_rank(environ, "WORLD_SIZE", "RANK")
     return cluster.Environment(
         "torchrun", world_size, rank,
         local_rank=cluster.whole_number(environ, "LOCAL_RANK", default=0),

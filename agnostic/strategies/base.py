@@ -62,13 +62,16 @@ def _same_random_seeds(template, model):
     """The copy's random layers (Dropout, augmentation) start from the
     template's seeds: their states are variables but not weights, and the
     clone drew new ones."""
-    weights = {id(weight) for weight in model.weights}
-    copies = [v for v in model.variables if id(v) not in weights]
-    originals = [v for v in template.variables
-                 if id(v) not in {id(w) for w in template.weights}]
+    copies, originals = _states(model), _states(template)
     if len(copies) == len(originals):
         for copy, original in zip(copies, originals):
             copy.assign(original)
+
+
+def _states(model):
+    """The model's variables that are not weights (random layers' seeds)."""
+    weights = {id(weight) for weight in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
 
 
 @contextlib.contextmanager

@@ -140,9 +140,7 @@ def _average_moving_statistics(model, world_size):
         def run(*args, **kwargs):
             logs = train_step(*args, **kwargs)
             with torch.no_grad():
-                torch_reduce.all_reduce_sum(statistics)
-                for value in statistics:
-                    value.div_(world_size)
+                torch_reduce.all_reduce_mean(statistics, world_size)
             return logs
 
         return run

@@ -64,6 +64,13 @@ def all_reduce_sum(tensors):
         unflatten_into(values, bucket)
 
 
+def all_reduce_mean(tensors, world_size):
+    """Every process gets the mean of `tensors` over all processes, in place."""
+    all_reduce_sum(tensors)
+    for tensor in tensors:
+        tensor.div_(world_size)
+
+
 class GradientReducer:
     """Averages a model's gradients across processes, overlapping backward.
 
@@ -175,9 +182,7 @@ class GradientReducer:
                  and all(v.value is w for v, w in zip(variables, self.weights)))
         if not plain:
             self._wait()
-            all_reduce_sum(present)
-            for gradient in present:
-                gradient.div_(self.world_size)
+            all_reduce_mean(present, self.world_size)
             return
         while len(self.sent) < len(self.buckets):
             self._send(len(self.sent))

@@ -47,4 +47,4 @@ __all__ = [
     "resolve",
 ]
 
-_startup.install()
+_startup.install(imported=not _startup.started_by_site())

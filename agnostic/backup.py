@@ -7,13 +7,20 @@ returns, for this callback with the same settings: each backup is a new
 weights file written atomically, then a small JSON file naming it, also
 replaced atomically; only then are older weights files removed. Whenever the
 process dies, the JSON names a complete weights file.
+
+With several processes only the chief reads the backup at the start of fit:
+machines need not share a disk. It sends the epoch and the weights file's
+bytes to every process through the engine's collectives (the model's
+`share`, see agnostic/collectives.py), and every process loads those same
+bytes, so all resume at the chief's epoch with its weights and optimizer state.
 """
 import glob
 import json
 import os
 import shutil
+import tempfile
 
-from agnostic import checkpoints, errors
+from agnostic import checkpoints, collectives, errors
 
 POINTER = "agnostic_backup.json"
 
@@ -33,13 +40,32 @@ def _callback_class():
             self._batches = 0
 
         def on_train_begin(self, logs=None):
-            pointer = os.path.join(self.backup_dir, POINTER)
-            if not os.path.exists(pointer):
+            share = collectives.of(self.model)
+            if share is None:  # one process, or every one reads the same disk
+                backup = _read(self.backup_dir, with_weights=False)
+            else:
+                backup = share(_read(self.backup_dir, with_weights=True)
+                               if self.is_chief else None)
+            if backup is None:
                 return
-            checkpoints.check_file(pointer)
-            with open(pointer) as handle:
-                state = json.load(handle)
-            weights = os.path.join(self.backup_dir, state["weights"])
+            if "error" in backup:  # raised on every process, not the chief alone
+                raise errors.CheckpointError(backup["error"])
+            state = backup["state"]
+            if self.is_chief or share is None:
+                self._restore(state, os.path.join(self.backup_dir, state["weights"]))
+                return
+            folder = tempfile.mkdtemp(prefix="agnostic-restore-")
+            try:  # Keras loads weights from a path only: the chief's bytes, here
+                path = os.path.join(folder, state["weights"])
+                with open(path, "wb") as handle:
+                    handle.write(backup["weights"])
+                self._restore(state, path)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+
+        def _restore(self, state, weights):
+            # Every process builds, as every one loads: a variable made under
+            # a TensorFlow workers' strategy is made by all of them together.
             optimizer = getattr(self.model, "optimizer", None)
             if optimizer is not None and not optimizer.built:
                 optimizer.build(self.model.trainable_variables)
@@ -81,6 +107,26 @@ def _callback_class():
                 shutil.rmtree(self.backup_dir, ignore_errors=True)
 
     return AtomicBackupAndRestore
+
+
+def _read(backup_dir, with_weights):
+    """The backup in `backup_dir`: its state (and its weights file's bytes);
+    None when there is none; {"error": message} when it is broken."""
+    pointer = os.path.join(backup_dir, POINTER)
+    if not os.path.exists(pointer):
+        return None
+    try:
+        checkpoints.check_file(pointer)
+        with open(pointer) as handle:
+            state = json.load(handle)
+        weights = os.path.join(backup_dir, state["weights"])
+        checkpoints.check_file(weights)
+        if not with_weights:
+            return {"state": state}
+        with open(weights, "rb") as handle:
+            return {"state": state, "weights": handle.read()}
+    except errors.CheckpointError as error:
+        return {"error": str(error)}
 
 
 def _write_json(path, state):

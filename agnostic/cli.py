@@ -1,4 +1,4 @@
-"""The `agnostic` command: `agnostic info`."""
+"""The `agnostic` command: `agnostic info`, `agnostic launch`."""
 import argparse
 import logging
 import sys
@@ -19,7 +19,7 @@ def _version(name):
 
 def info(out=sys.stdout):
     """Prints the backend, engine versions, devices and the plan."""
-    from agnostic import devices, errors, plan
+    from agnostic import errors, plan
 
     print(f"python: {sys.version.split()[0]}", file=out)
     for name in ENGINES:
@@ -29,14 +29,12 @@ def info(out=sys.stdout):
         )
         print(f"{name}: {version or 'not installed'}", file=out)
     try:
-        backend = devices.current_backend()
-        listing = devices.list_devices(backend)
-        chosen = plan.decide(backend, listing)
+        chosen = plan.resolve()
     except errors.AgnosticError as error:
         print(f"plan: unavailable: {error}", file=out)
         return 1
-    print(f"backend: {backend}", file=out)
-    print(f"devices: {', '.join(listing.devices)}", file=out)
+    print(f"backend: {chosen.backend}", file=out)
+    print(f"environment: {chosen.environment}", file=out)
     print(f"plan: strategy={chosen.strategy} replicas={chosen.num_replicas} "
           f"processes={chosen.num_processes} process_id={chosen.process_id} "
           f"devices=[{', '.join(chosen.devices)}]", file=out)
@@ -51,32 +49,79 @@ def main(argv=None):
     )
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("info", help="backend, engine versions, devices and the plan")
-    launch = commands.add_parser(
-        "launch", help="start a script's processes on this node (one per device)",
-        description="Start N processes of a script on this node, with the variables "
-                    "each engine's distributed runtime reads (torch, TF_CONFIG, JAX).")
-    launch.add_argument("--nproc-per-node", type=int, required=True)
-    launch.add_argument("--nnodes", type=int, default=1)
-    launch.add_argument("--node-rank", type=int, default=0)
-    launch.add_argument("--master", default="127.0.0.1:29400",
-                        help="HOST:PORT of node 0; the launcher also uses PORT+1 "
-                             "(torch) and PORT+2 (JAX) on that host")
-    launch.add_argument("script")
-    launch.add_argument("arguments", nargs=argparse.REMAINDER)
+    _add_launch(commands)
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if arguments.command == "info":
         return info()
     if arguments.command == "launch":
-        from agnostic import errors
-        from agnostic.launch import nodes
-
-        try:
-            return nodes.run([arguments.script] + arguments.arguments,
-                             arguments.nproc_per_node, arguments.nnodes,
-                             arguments.node_rank, arguments.master)
-        except errors.LaunchError as error:
-            print(f"agnostic launch: {error}", file=sys.stderr)
-            return 2
+        return _launch(arguments)
     parser.print_help()
     return 2
+
+
+LAUNCH_EXAMPLES = """examples:
+  agnostic launch --nproc-per-node auto train.py --epochs 10
+  agnostic launch --standalone --nproc-per-node 2 -m mypkg.train --lr 0.1
+  # two nodes, this command on each with its own --node-rank:
+  agnostic launch --nproc-per-node 4 --nnodes 2 --node-rank 0 \\
+      --master-addr 10.0.0.1 --master-port 29400 train.py
+"""
+
+
+def _add_launch(commands):
+    """`agnostic launch`, with torchrun's flags (both spellings: --nproc-per-node
+    and --nproc_per_node). Values stay strings: nodes.settings checks them."""
+    from agnostic.launch import nodes
+
+    launch = commands.add_parser(
+        "launch", help="start a script's processes on this node (one per device)",
+        description="Start N processes of a script on this node, with the variables "
+                    "each engine's distributed runtime reads (torch, TF_CONFIG, JAX).",
+        epilog=LAUNCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    launch.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node",
+                        metavar="N", default="1",
+                        help=f"processes on this node: a whole number, or {nodes.AUTO} "
+                             "(default: %(default)s)")
+    launch.add_argument("--nnodes", metavar="M", default="1",
+                        help="nodes (machines), each running this command "
+                             "(default: %(default)s)")
+    launch.add_argument("--node-rank", "--node_rank", dest="node_rank", metavar="R",
+                        default="0", help="this node's rank, 0 to M-1; node 0 is the "
+                                          "master (default: %(default)s)")
+    launch.add_argument("--master-addr", "--master_addr", dest="master_addr",
+                        metavar="HOST", help="node 0's address, reachable from every "
+                        f"node (default: {nodes.DEFAULT_MASTER_ADDR})")
+    launch.add_argument("--master-port", "--master_port", dest="master_port",
+                        metavar="PORT", help="free port on node 0 where the launchers "
+                        "meet; the launcher also uses PORT+1 (torch) and PORT+2 (JAX) "
+                        f"there (default: {nodes.DEFAULT_MASTER_PORT})")
+    launch.add_argument("--master", metavar="HOST:PORT",
+                        help="the same as --master-addr HOST --master-port PORT "
+                             "(default: not set)")
+    launch.add_argument("--standalone", action="store_true",
+                        help="a single node, its master on 127.0.0.1 at a free port, "
+                             "so that several runs can share a machine (default: off)")
+    launch.add_argument("-m", "--module", action="store_true",
+                        help="SCRIPT is a module name, run as `python -m SCRIPT` "
+                             "(default: off, SCRIPT is a file)")
+    launch.add_argument("script", metavar="SCRIPT",
+                        help="the Python file each process runs (a module with -m)")
+    launch.add_argument("arguments", metavar="ARGS", nargs=argparse.REMAINDER,
+                        help="the script's own arguments, passed on unchanged")
+
+
+def _launch(arguments):
+    from agnostic import errors
+    from agnostic.launch import nodes
+
+    command = (["-m"] if arguments.module else []) + [arguments.script] + arguments.arguments
+    try:
+        checked = nodes.settings(
+            arguments.nproc_per_node, arguments.nnodes, arguments.node_rank,
+            arguments.master, arguments.master_addr, arguments.master_port,
+            arguments.standalone)
+        return nodes.run(command, checked)
+    except errors.LaunchError as error:
+        print(f"agnostic launch: {error}", file=sys.stderr)
+        return 2

@@ -58,30 +58,16 @@ def current_backend():
     return keras.backend.backend()
 
 
-def _tensorflow():
+def _tensorflow(environment=None):
     import tensorflow as tf
 
-    workers = tf_config_workers()
-    if workers:
-        return _tf_workers_listing(tf, *workers)
+    if environment is not None and environment.world_size > 1:
+        return _tf_workers_listing(tf, environment)
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     if gpus:
         return DeviceListing(tuple(gpus), cpus[0], accelerators=True)
     return _cpu_listing(cpus)
-
-
-def tf_config_workers(environ=None):
-    """(worker addresses, this task's index) when TF_CONFIG names several
-    workers (MultiWorkerMirroredStrategy), else None. Imports nothing."""
-    environ = os.environ if environ is None else environ
-    try:
-        config = json.loads(environ.get("TF_CONFIG", "") or "{}")
-        workers = list(config["cluster"]["worker"])
-        task = int(config["task"]["index"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return (workers, task) if len(workers) > 1 else None
 
 
 def configured_backend(environ=None):
@@ -98,17 +84,18 @@ def configured_backend(environ=None):
         return "tensorflow"
 
 
-def _tf_workers_listing(tf, workers, task):
+def _tf_workers_listing(tf, environment):
     # Every worker computes on its own GPUs, or on its CPU: the strategy
     # wants the same number on each.
     local = [d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
     names = tuple(f"/job:worker/task:{index}/device:{device}"
-                  for index in range(len(workers)) for device in (local or ["CPU:0"]))
+                  for index in range(environment.world_size)
+                  for device in (local or ["CPU:0"]))
     return DeviceListing(names, "/job:worker/task:0/device:CPU:0", accelerators=bool(local),
-                         num_processes=len(workers), process_id=task)
+                         num_processes=environment.world_size, process_id=environment.rank)
 
 
-def _jax():
+def _jax(environment=None):
     import jax
 
     found = jax.devices()  # every process's devices, when there are several
@@ -120,7 +107,7 @@ def _jax():
                          simulated=len(names) > processes["num_processes"], **processes)
 
 
-def _mxnet():
+def _mxnet(environment=None):
     import mxnet
 
     gpus = mxnet.context.num_gpus()
@@ -132,7 +119,7 @@ def _mxnet():
     return _cpu_listing([f"cpu({i})" for i in range(count)])
 
 
-def _torch():
+def _torch(environment=None):
     import torch
 
     if torch.cuda.is_available():
@@ -150,7 +137,7 @@ def _cpu_listing(cpus):
     return DeviceListing(tuple(cpus), cpus[0], accelerators=False, simulated=True)
 
 
-def _host_only():
+def _host_only(environment=None):
     return DeviceListing(("cpu:0",), "cpu:0", accelerators=False)
 
 
@@ -162,7 +149,8 @@ LISTERS = {
 }
 
 
-def list_devices(backend):
-    """The devices `backend` can place replicas on."""
+def list_devices(backend, environment=None):
+    """The devices `backend` can place replicas on; `environment`: the
+    multi-process job this process belongs to (agnostic.cluster), if any."""
     lister = LISTERS.get(backend, _host_only)
-    return lister()
+    return lister(environment)

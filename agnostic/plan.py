@@ -4,6 +4,7 @@ import logging
 import warnings
 from typing import Optional, Sequence, Tuple
 
+from agnostic import cluster
 from agnostic import devices as devices_lib
 from agnostic import errors
 
@@ -27,6 +28,7 @@ NOTES = {
     ),
 }
 SINGLE_DEVICE = "single-device"
+NO_ENVIRONMENT = "none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,9 @@ class Plan:
     num_processes: int = 1
     process_id: int = 0
     reason: str = ""
+    # The multi-process job this process is part of (agnostic.cluster), by
+    # name: "slurm", "torchrun", "tf-config"...; "none" for a plain process.
+    environment: str = NO_ENVIRONMENT
     # The warning to give when this plan is used, if any (not part of equality).
     fallback_warning: Optional[str] = dataclasses.field(
         default=None, compare=False, repr=False
@@ -55,7 +60,8 @@ class Plan:
         devices = ", ".join(self.devices)
         return (
             f"agnostic plan: backend={self.backend} strategy={self.strategy} "
-            f"replicas={self.num_replicas} devices=[{devices}]: {self.reason}"
+            f"replicas={self.num_replicas} environment={self.environment} "
+            f"devices=[{devices}]: {self.reason}"
         )
 
 
@@ -72,13 +78,12 @@ def resolve(gpus=None):
     Raises:
         DeviceRequestError: `gpus` asks for devices that do not exist.
         EngineUnavailableError: Keras or its engine is not installed.
+        LaunchError: a scheduler's variables are wrong.
     """
-    from agnostic.launch import environment
-
     check_gpus_type(gpus)
     backend = devices_lib.current_backend()
-    group = environment.from_environment()
-    return decide(backend, devices_lib.list_devices(backend), gpus, group)
+    job = cluster.job(backend)
+    return decide(backend, devices_lib.list_devices(backend, job), gpus, job)
 
 
 def check_gpus_type(gpus):
@@ -122,14 +127,24 @@ def check_gpus_type(gpus):
         )
 
 
-def decide(backend, listing, gpus=None, group=None):
-    """The pure decision: engine name, devices found, `gpus` and the process
-    group this process was started in (torchrun's variables), to a Plan."""
+def decide(backend, listing, gpus=None, environment=None):
+    """The pure decision: engine name, devices found, `gpus` and the job of
+    several processes this one belongs to (an agnostic.cluster.Environment),
+    to a Plan."""
     check_gpus_type(gpus)
+    plan = _decide(backend, listing, gpus, environment)
+    if environment is None:
+        return plan
+    return dataclasses.replace(plan, environment=environment.name)
+
+
+def _decide(backend, listing, gpus, environment):
     found = listing.devices
     strategy = MULTI_DEVICE.get(backend)
-    if group is not None and strategy in PROCESS_PER_DEVICE:
-        return _join(backend, strategy, listing, gpus, group)
+    if environment is not None:
+        _check_tasks_per_node(backend, listing, environment)
+    if environment is not None and strategy in PROCESS_PER_DEVICE:
+        return _join(backend, strategy, listing, gpus, environment)
     if strategy is None:
         note = (
             f"Keras engine '{backend}' has no multi-device path in agnostic; "
@@ -186,23 +201,45 @@ def _spanning(backend, strategy, listing, gpus):
                 process_id=listing.process_id, reason=reason)
 
 
-def _join(backend, strategy, listing, gpus, group):
-    """A process that torchrun (or agnostic) started: the group decides."""
-    world = group.world_size
+def _join(backend, strategy, listing, gpus, environment):
+    """A process that a scheduler (or agnostic) started: the job decides."""
+    world = environment.world_size
     asked = None if gpus is None else (gpus if isinstance(gpus, int) else len(gpus))
     if asked is not None and asked != world:
         raise errors.DeviceRequestError(
-            f"This process is one of WORLD_SIZE={world} processes started by "
-            f"torchrun (or agnostic), but gpus={gpus!r} asks for {asked} devices. "
-            f"Pass gpus=None, or start {asked} processes."
+            f"This process is one of {world} processes started by {environment.name}, "
+            f"but gpus={gpus!r} asks for {asked} devices. Pass gpus=None, or start "
+            f"{asked} processes."
         )
     if listing.accelerators:
         devices = tuple(listing.devices[i % len(listing.devices)] for i in range(world))
     else:
         devices = tuple(f"cpu:{i}" for i in range(world))
-    reason = f"process {group.rank} of {world} in a group at {group.address}."
+    reason = (f"process {environment.rank} of {world} ({environment.name}), "
+              f"coordinator {environment.coordinator}:{environment.port}.")
     return Plan(backend, strategy, devices, world, num_processes=world,
-                process_id=group.rank, reason=reason)
+                process_id=environment.rank, reason=reason)
+
+
+def _check_tasks_per_node(backend, listing, environment):
+    """Processes per node that cannot share the node's accelerators: an
+    error now, not a hang or a crash inside the engine later."""
+    per_node = environment.local_world_size
+    if not listing.accelerators or per_node < 2 or backend not in ("torch", "tensorflow"):
+        return
+    local = len(listing.devices) if backend == "torch" else (
+        len(listing.devices) // max(1, listing.num_processes))
+    if local == 1 or (backend == "torch" and local == per_node):
+        return
+    wanted = ("one process per accelerator" if backend == "torch"
+              else "one process per node, which drives all of the node's accelerators")
+    raise errors.DeviceRequestError(
+        f"{environment.name} started {per_node} processes on this node, which "
+        f"has {local} accelerators visible to each of them; {backend} trains with "
+        f"{wanted}. Start {local if backend == 'torch' else 1} process(es) per node "
+        "(SLURM: --ntasks-per-node; mpirun: -npernode), or give each process its own "
+        "accelerator (SLURM: --gpus-per-task=1, or CUDA_VISIBLE_DEVICES)."
+    )
 
 
 def _single(backend, device, reason, warning=None):

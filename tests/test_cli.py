@@ -1,8 +1,20 @@
-"""`agnostic info` and `python -m agnostic info` in a real process."""
+"""`agnostic info` and `python -m agnostic info` in a real process; `agnostic
+launch`'s flags (torchrun's, in both spellings), their checks and its refusal of
+a missing script or module before anything starts. No engine is needed: torch
+is faked where `--nproc-per-node auto` counts its GPUs."""
+import json
 import os
+import re
+import socket
 import subprocess
 import sys
+import time
+import types
 
+import pytest
+
+from agnostic import cli, errors
+from agnostic.launch import local, nodes, rendezvous
 from tests.conftest import ROOT
 
 
@@ -32,3 +44,241 @@ def test_console_script_is_installed():
     script = os.path.join(os.path.dirname(sys.executable), "agnostic")
     result = run_info(script, "info")
     assert "plan:" in result.stdout
+
+
+# `agnostic launch`: parsing (cli.py) and checking (launch/nodes.py).
+LAUNCH_DEFAULTS = {
+    "--nproc-per-node N, --nproc_per_node N": "1",
+    "--nnodes M": "1",
+    "--node-rank R, --node_rank R": "0",
+    "--master-addr HOST, --master_addr HOST": "127.0.0.1",
+    "--master-port PORT, --master_port PORT": "29400",
+    "--master HOST:PORT": "not set",
+    "--standalone": "off",
+    "-m, --module": "off, SCRIPT is a file",
+}
+
+
+def launch_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["launch", "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_launch_help_names_every_flag_with_its_default(capsys):
+    text = launch_help(capsys)
+    # Each flag's entry, from its name to the next flag's.
+    entries = re.split(r"\n  (?=-)", text.split("options:")[-1].split("examples:")[0])
+    for flag, default in LAUNCH_DEFAULTS.items():
+        entry = next(e for e in entries if e.startswith(flag))
+        assert f"(default: {default})" in " ".join(entry.split()), entry
+    auto = " ".join(text.split())
+    assert "auto: for torch one process per CUDA GPU" in auto
+    assert "for TensorFlow and JAX 1, as one process uses every device of its node" in auto
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """What `agnostic launch` would run: (command, Settings), nothing started."""
+    calls = []
+    monkeypatch.setattr(nodes, "run", lambda command, settings: calls.append(
+        (command, settings)) or 0)
+    return calls
+
+
+def test_launch_defaults(launched):
+    assert cli.main(["launch", "train.py"]) == 0
+    assert launched == [(["train.py"], nodes.Settings(1, 1, 0, "127.0.0.1", 29400))]
+
+
+@pytest.mark.parametrize("spelling", ["-", "_"])
+def test_launch_flags_in_both_spellings(launched, spelling):
+    argv = [f"--nproc{spelling}per{spelling}node", "4", "--nnodes", "2",
+            f"--node{spelling}rank", "1", f"--master{spelling}addr", "10.0.0.1",
+            f"--master{spelling}port", "29500", "train.py", "--epochs", "3"]
+    assert cli.main(["launch"] + argv) == 0
+    assert launched == [(["train.py", "--epochs", "3"],
+                         nodes.Settings(4, 2, 1, "10.0.0.1", 29500))]
+
+
+def test_launch_runs_a_module_like_python_dash_m(launched):
+    assert cli.main(["launch", "--nproc-per-node", "2", "-m", "mypkg.train", "--lr", "0.1"]) == 0
+    assert launched[0][0] == ["-m", "mypkg.train", "--lr", "0.1"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--master", "10.0.0.1:29500"],
+    ["--master", "10.0.0.1:29500", "--master-addr", "10.0.0.1", "--master-port", "29500"],
+])
+def test_master_in_either_form(launched, argv):
+    assert cli.main(["launch"] + argv + ["train.py"]) == 0
+    assert launched[0][1] == nodes.Settings(1, 1, 0, "10.0.0.1", 29500)
+
+
+def test_standalone_picks_a_free_master_port(launched):
+    assert cli.main(["launch", "--standalone", "--nproc-per-node", "2", "train.py"]) == 0
+    chosen = launched[0][1]
+    assert chosen.host == "127.0.0.1" and chosen.nproc == 2 and chosen.nnodes == 1
+    for port in (chosen.port + 1, chosen.port + 2):  # torch's store, JAX's coordinator
+        with socket.socket() as probe:
+            probe.bind(("", port))
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Fails the test if a process starts or a node waits for the others."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("agnostic launch started work before refusing")
+    monkeypatch.setattr(nodes.subprocess, "Popen", refuse)
+    monkeypatch.setattr(rendezvous, "Leader", refuse)
+    monkeypatch.setattr(rendezvous, "Member", refuse)
+    monkeypatch.setattr(rendezvous, "free_ports", refuse)
+
+
+def refused(capsys, *argv):
+    assert cli.main(["launch"] + list(argv)) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert error.startswith("agnostic launch: "), error
+    return error
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nproc-per-node", "0"], "--nproc-per-node must be a whole number, at least 1, "
+                                "or auto (one per CUDA GPU for torch, 1 for TensorFlow and "
+                                "JAX). Received: --nproc-per-node 0"),
+    (["--nproc-per-node", "abc"], "Received: --nproc-per-node abc"),
+    (["--nproc_per_node", ""], "Received: --nproc-per-node ''"),
+    (["--nnodes", "0"], "--nnodes must be a whole number, at least 1. Received: --nnodes 0"),
+    (["--node-rank", "x"], "--node-rank must be a whole number. Received: --node-rank x"),
+    (["--node-rank", "2", "--nnodes", "2"], "--node-rank 2 is out of range for --nnodes 2: "
+                                            "use 0 to 1"),
+    (["--master-port", "70000"], "--master-port must be a free port on node 0, from 1 to "
+                                 "65533 (the launcher also uses PORT+1 for torch and PORT+2 "
+                                 "for JAX), such as 29400. Received: --master-port 70000"),
+    (["--master_port", "http"], "Received: --master-port http"),
+    (["--master", "10.0.0.1"], "--master must be HOST:PORT"),
+    (["--master", "10.0.0.1:29400", "--master-port", "29500"],
+     "--master and --master-port name different masters. Give node 0's address one way: "
+     "--master-addr HOST --master-port PORT, or --master HOST:PORT. "
+     "Received: --master 10.0.0.1:29400 --master-port 29500"),
+    (["--master", "10.0.0.1:29400", "--master-addr", "10.0.0.2"],
+     "--master and --master-addr name different masters"),
+    (["--master-addr", ""], "--master-addr must be node 0's host name or address"),
+    (["--standalone", "--nnodes", "2"], "--standalone runs a single node, but --nnodes 2 "
+                                        "asks for 2. Drop --standalone"),
+    (["--standalone", "--master-port", "29500"], "--standalone chooses the master itself "
+     "(127.0.0.1 and a free port), so it takes no master address. "
+     "Received: --standalone --master-port 29500"),
+])
+def test_bad_launch_values_are_refused_before_any_work(capsys, nothing_starts, argv, message):
+    assert message in refused(capsys, *(argv + ["train.py"]))
+
+
+def test_nproc_error_comes_before_the_missing_script(capsys, nothing_starts):
+    assert "--nproc-per-node" in refused(capsys, "--nproc-per-node", "0", "missing.py")
+
+
+def test_missing_script_is_refused_without_waiting_for_other_nodes(capsys, nothing_starts):
+    began = time.monotonic()
+    error = refused(capsys, "--nnodes", "2", "--node-rank", "1", "--master-port",
+                    str(local.free_port()), "missing_train.py", "--epochs", "3")
+    assert time.monotonic() - began < 10
+    assert "The script 'missing_train.py' does not exist (relative to " in error
+    assert "Expected the Python file every process runs, such as train.py, or -m" in error
+    assert "Check the path, or run from the script's folder." in error
+
+
+@pytest.mark.parametrize("module, reason", [
+    ("no_such_package.train", " (No module named 'no_such_package')"),
+    ("json.no_such_module", ""),
+    ("agnostic.launch", ""),  # a package without __main__.py
+])
+def test_missing_module_is_refused(capsys, nothing_starts, module, reason):
+    error = refused(capsys, "--nproc-per-node", "2", "-m", module, "--lr", "0.1")
+    assert f"-m {module}: no module {module!r} to run was found from " in error
+    assert f"or sys.path{reason}. Expected what `python -m {module}` runs" in error
+    assert "Run from the folder that holds the package, or add that folder" in error
+
+
+def test_module_is_found_from_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "tinypkg").mkdir()
+    (tmp_path / "tinypkg" / "__init__.py").write_text("")
+    (tmp_path / "tinypkg" / "train.py").write_text("")
+    (tmp_path / "tinypkg" / "__main__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    try:
+        nodes.check_command(["-m", "tinypkg.train", "--lr", "0.1"])
+        nodes.check_command(["-m", "tinypkg"])  # a package runs its __main__
+    finally:  # finding a submodule imported its package, as `python -m` does
+        for name in [n for n in sys.modules if n.split(".")[0] == "tinypkg"]:
+            del sys.modules[name]
+    assert sys.path == before
+
+
+def test_missing_script_exit_status_in_a_real_process(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "agnostic", "launch", "--nproc-per-node", "2", "missing.py"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)))
+    assert result.returncode == 2
+    assert "agnostic launch: The script 'missing.py' does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def fake_torch(monkeypatch, gpus):
+    counted = []
+    cuda = types.SimpleNamespace(device_count=lambda: counted.append(gpus) or gpus)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    return counted
+
+
+@pytest.mark.parametrize("environ, gpus, processes", [
+    ({"KERAS_BACKEND": "torch", "AGNOSTIC_CPU_DEVICES": "3"}, 0, 3),
+    ({"KERAS_BACKEND": "torch"}, 0, 1),
+    ({"KERAS_BACKEND": "torch", "AGNOSTIC_CPU_DEVICES": "3"}, 2, 2),  # GPUs first
+])
+def test_auto_on_torch_counts_gpus_or_cpu_devices(monkeypatch, environ, gpus, processes):
+    counted = fake_torch(monkeypatch, gpus)
+    assert nodes.auto_nproc(environ) == processes
+    assert counted == [gpus]
+
+
+def test_auto_reads_the_engine_from_keras_json(tmp_path, monkeypatch):
+    (tmp_path / "keras.json").write_text(json.dumps({"backend": "torch"}))
+    fake_torch(monkeypatch, 0)
+    environ = {"KERAS_HOME": str(tmp_path), "AGNOSTIC_CPU_DEVICES": "2"}
+    assert nodes.auto_nproc(environ) == 2
+
+
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_auto_is_one_process_per_node_on_jax_and_tensorflow(monkeypatch, backend):
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
+    environ = {"KERAS_BACKEND": backend, "AGNOSTIC_CPU_DEVICES": "4"}
+    assert nodes.auto_nproc(environ) == 1
+
+
+@pytest.mark.parametrize("backend, gpus, processes", [
+    ("torch", 0, 3), ("torch", 2, 2), ("jax", 2, 1), ("tensorflow", 2, 1)])
+def test_launch_auto_from_the_command_line(monkeypatch, launched, backend, gpus, processes):
+    monkeypatch.setenv("KERAS_BACKEND", backend)
+    monkeypatch.setenv("AGNOSTIC_CPU_DEVICES", "3")
+    fake_torch(monkeypatch, gpus)
+    assert cli.main(["launch", "--nproc_per_node", "auto", "train.py"]) == 0
+    assert launched[0][1].nproc == processes
+
+
+def test_auto_without_torch_is_explained(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(errors.LaunchError, match=r"--nproc-per-node auto counts torch's "
+                       r"CUDA GPUs, but torch cannot be imported .* such as --nproc-per-node 4"):
+        nodes.auto_nproc({"KERAS_BACKEND": "torch"})
+
+
+def test_auto_with_bad_cpu_devices_is_a_launch_error(monkeypatch):
+    fake_torch(monkeypatch, 0)
+    with pytest.raises(errors.LaunchError, match=r"--nproc-per-node auto: AGNOSTIC_CPU_DEVICES "
+                       r"must be a whole number"):
+        nodes.auto_nproc({"KERAS_BACKEND": "torch", "AGNOSTIC_CPU_DEVICES": "many"})

@@ -1,6 +1,7 @@
 """The cluster-environment layer: each scheduler's variables, exactly as the
 scheduler sets them, read into the same answers. No engine needed."""
 import json
+import sys
 
 import pytest
 
@@ -26,20 +27,33 @@ def test_torchrun_under_srun_is_torchrun():
     assert cluster.detect(environ).name == "torchrun"
 
 
-def srun_task(rank=0, tasks=2, nodelist="n[1-2]", job="4242"):
-    # What srun sets in each task of `srun -N2 -n2 python train.py`.
+def srun_task(rank=0, tasks=2, nodelist="n[1-2]", job="4242", per_node="1(x2)"):
+    # What srun sets in each task of `srun -N2 -n2 python train.py` (seen on
+    # SLURM 22.05, the variables that matter here).
     return {"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
             "SLURM_NTASKS": str(tasks), "SLURM_STEP_NUM_TASKS": str(tasks),
             "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank),
-            "SLURM_STEP_NODELIST": nodelist, "SLURM_JOB_NODELIST": nodelist}
+            "SLURM_STEP_NODELIST": nodelist, "SLURM_JOB_NODELIST": nodelist,
+            "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURM_TASKS_PER_NODE": per_node}
 
 
 def test_slurm_task_of_a_job_step():
     found = cluster.detect(srun_task(rank=1))
     assert found == cluster.Environment("slurm", 2, 1, local_rank=0, node_rank=1,
-                                        coordinator="n1", port=15000 + 4242)
+                                        coordinator="n1", port=15000 + 4242,
+                                        hosts=("n1", "n2"))
     # MASTER_PORT chooses the port instead of the job id.
     assert cluster.detect(dict(srun_task(), MASTER_PORT="23456")).port == 23456
+
+
+def test_slurm_tasks_per_node_place_every_task():
+    # srun -N2 -n4: two tasks on each node, block distribution (SLURM's default).
+    task = dict(srun_task(rank=2, tasks=4, per_node="2(x2)"), SLURM_NODEID="1")
+    found = cluster.detect(task)
+    assert found.hosts == ("n1", "n1", "n2", "n2") and found.local_world_size == 2
+    cyclic = cluster.detect(dict(task, SLURM_DISTRIBUTION="cyclic"))
+    assert cyclic.hosts == ("n1", "n2", "n1", "n2")
+    assert slurm.expand_counts("2(x3),1") == [2, 2, 2, 1]
 
 
 def test_an_interactive_allocation_is_no_multi_task_job():
@@ -60,12 +74,38 @@ def test_slurm_host_lists(nodelist, hosts):
     assert slurm.expand_nodelist(nodelist) == hosts
 
 
-def test_open_mpi():
-    found = cluster.detect({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
-                            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-                            "OMPI_COMM_WORLD_NODE_RANK": "1"})
+def mpirun_process(rank, size=2, local_size=2):
+    # What Open MPI 4.1's `mpirun -np 2` gives each process (seen here).
+    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank % local_size),
+            "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+            "OMPI_COMM_WORLD_NODE_RANK": str(rank % local_size),
+            "OMPI_MCA_orte_hnp_uri": "2062417920.0;tcp://192.0.2.2:60415;tcp6://[fd00::2]:38907"}
+
+
+def test_open_mpi_on_one_node_meets_on_localhost():
+    found = cluster.detect(mpirun_process(1))
     assert (found.name, found.world_size, found.rank, found.local_rank) == ("openmpi", 2, 1, 1)
-    assert found.coordinator is None  # shared at start by rank 0
+    assert found.coordinator == "127.0.0.1" and found.hosts == ("127.0.0.1", "127.0.0.1")
+    assert found.port == 15000 + 2062417920 % 20000  # from the job's id, the same everywhere
+
+
+def test_open_mpi_on_several_nodes_meets_where_mpirun_runs():
+    found = cluster.detect(mpirun_process(3, size=4, local_size=2))
+    assert (found.coordinator, found.node_rank, found.hosts) == ("192.0.2.2", 1, None)
+    chosen = cluster.detect(dict(mpirun_process(3, size=4, local_size=2),
+                                 MASTER_ADDR="10.0.0.9", MASTER_PORT="2345"))
+    assert (chosen.coordinator, chosen.port) == ("10.0.0.9", 2345)
+
+
+def test_lsf_jsrun(tmp_path):
+    ranks = tmp_path / "rankfile"
+    ranks.write_text("batch1\nnode1\nnode1\nnode2\nnode2\n")
+    found = cluster.detect({"LSB_JOBID": "12", "JSM_NAMESPACE_SIZE": "4",
+                            "JSM_NAMESPACE_RANK": "2", "JSM_NAMESPACE_LOCAL_RANK": "0",
+                            "LSB_DJOB_RANKFILE": str(ranks)})
+    assert (found.name, found.rank, found.coordinator, found.port) == ("lsf", 2, "node1", 15012)
+    assert found.hosts == ("node1", "node1", "node2", "node2")
 
 
 def test_kubeflow_tfjob_chief_is_rank_0_and_workers_follow():
@@ -78,6 +118,7 @@ def test_kubeflow_tfjob_chief_is_rank_0_and_workers_follow():
 
     chief = cluster.detect(task("chief", 0))
     assert (chief.name, chief.world_size, chief.rank) == ("tf-config", 3, 0)
+    assert chief.hosts == ("trainer-chief-0", "trainer-worker-0", "trainer-worker-1")
     assert chief.coordinator == "trainer-chief-0" and chief.port == 2222
     assert cluster.detect(task("worker", 0)).rank == 1
     assert cluster.detect(task("worker", 1)).rank == 2
@@ -98,6 +139,7 @@ def test_kubeflow_pytorchjob_one_process_per_pod():
                             "WORLD_SIZE": "3", "RANK": "2"})
     assert found == cluster.Environment("rank-variables", 3, 2, local_rank=0, node_rank=2,
                                         coordinator="job-master-0", port=23456)
+    assert found.address == "tcp://job-master-0:23456"
 
 
 def test_kubeflow_jaxjob():
@@ -127,3 +169,38 @@ def test_bad_values_are_named(environ, message):
     with pytest.raises(errors.LaunchError) as raised:
         cluster.detect(environ)
     assert message in str(raised.value)
+
+
+def test_tensorflow_workers_get_one_port_each():
+    from agnostic import _startup
+
+    # Two tasks on one host (srun -n2): the coordinator's port plus the rank.
+    found = cluster.detect(srun_task(rank=1, nodelist="n1", per_node="2"))
+    assert _startup.worker_addresses(found) == ["n1:19242", "n1:19243"]
+    several = cluster.detect(mpirun_process(3, size=4, local_size=2))
+    with pytest.raises(errors.LaunchError, match="does not say where each process runs"):
+        _startup.worker_addresses(several)
+
+
+@pytest.mark.parametrize("name, flag, main_source, joins", [
+    ("slurm", None, "import keras\n", False),  # srun's other programs stay out
+    ("slurm", None, "import keras\nfrom agnostic import backend_agnostic_compile\n", True),
+    ("slurm", "1", "import keras\n", True),
+    ("tf-config", None, "import keras\n", True),  # set for this very process
+    ("tf-config", "0", "import agnostic\n", False),
+])
+def test_a_scheduler_job_is_joined_only_by_programs_that_use_agnostic(
+        monkeypatch, tmp_path, name, flag, main_source, joins):
+    from agnostic import _startup
+
+    script = tmp_path / "train.py"
+    script.write_text(main_source)
+    main = type(sys)("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(_startup, "IMPORTED", {})
+    if flag is None:
+        monkeypatch.delenv("AGNOSTIC_JOIN", raising=False)
+    else:
+        monkeypatch.setenv("AGNOSTIC_JOIN", flag)
+    assert _startup.joins(cluster.Environment(name, 2, 0)) is joins

@@ -2,7 +2,9 @@
 errors a launch can give. GPU names are made up here (mocked), since a
 machine with GPUs cannot exist in this test environment."""
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -12,37 +14,26 @@ import pytest
 import agnostic
 from agnostic import errors, plan
 from agnostic.devices import DeviceListing
-from agnostic.launch import environment, local
+from agnostic import cluster
+from agnostic.launch import local
 from agnostic.strategies import torch_ddp
+from tests.conftest import ROOT
 
 CPUS_4 = DeviceListing(tuple(f"cpu:{i}" for i in range(4)), "cpu:0",
                        accelerators=False, simulated=True)
-TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+TORCHRUN = {"TORCHELASTIC_RUN_ID": "none", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
 
 
-def test_plain_process_has_no_group():
-    assert environment.from_environment({}) is None
-
-
-def test_torchrun_variables_make_a_group():
-    group = environment.from_environment(TORCHRUN)
+def test_torchrun_variables_make_a_job():
+    group = cluster.detect(TORCHRUN)
     assert (group.rank, group.world_size, group.local_rank) == (1, 2, 1)
     assert group.address == "tcp://127.0.0.1:29555"
     assert not group.is_chief
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"RANK": "one"}, "must be whole numbers"),
-    ({"RANK": "2"}, r"RANK must be between 0 and WORLD_SIZE - 1\. Received: RANK=2"),
-])
-def test_bad_torchrun_variables(changes, message):
-    with pytest.raises(agnostic.DeviceRequestError, match=message):
-        environment.from_environment(dict(TORCHRUN, **changes))
-
-
 def test_a_torchrun_process_joins_its_group():
-    group = environment.from_environment(TORCHRUN)
+    group = cluster.detect(TORCHRUN)
     chosen = plan.decide("torch", CPUS_4, None, group)
     assert chosen.strategy == "torch-ddp"
     assert (chosen.num_processes, chosen.process_id, chosen.num_replicas) == (2, 1, 2)
@@ -50,9 +41,9 @@ def test_a_torchrun_process_joins_its_group():
 
 
 def test_gpus_that_disagree_with_torchrun_are_refused():
-    group = environment.from_environment(TORCHRUN)
+    group = cluster.detect(TORCHRUN)
     with pytest.raises(agnostic.DeviceRequestError,
-                       match=r"one of WORLD_SIZE=2 processes .* gpus=4 asks for 4"):
+                       match=r"one of 2 processes started by torchrun, but gpus=4 asks for 4"):
         plan.decide("torch", CPUS_4, 4, group)
 
 
@@ -85,11 +76,11 @@ from agnostic.launch import nodes, rendezvous  # noqa: E402
 @pytest.mark.parametrize("nproc, nnodes, rank, message", [
     (1, 2, 2, r"--node-rank 2 is out of range for --nnodes 2: use 0 to 1"),
     (1, 2, -1, r"--node-rank -1 is out of range"),
-    (0, 1, 0, r"must be at least 1"),
+    (0, 1, 0, r"must be a whole number, at least 1"),
 ])
 def test_launch_arguments_are_checked(nproc, nnodes, rank, message):
     with pytest.raises(errors.LaunchError, match=message):
-        nodes.run(["train.py"], nproc, nnodes, rank, "127.0.0.1:29400")
+        nodes.settings(nproc, nnodes, rank, "127.0.0.1:29400")
 
 
 @pytest.mark.parametrize("master", ["127.0.0.1", "host:port", ":29400", "h:70000"])
@@ -158,3 +149,40 @@ def _gather(leader, failures):
         leader.gather()
     except errors.LaunchError as error:
         failures.append(str(error))
+
+
+# A module run with `-m`, torchrun's underscore spellings: two real processes,
+# each seeing its rank variables and its own arguments; no engine involved.
+REPORT = """import json, os, sys
+rank = os.environ["RANK"]
+with open(f"rank_{rank}.json", "w") as handle:
+    json.dump({"rank": int(rank), "world_size": os.environ["WORLD_SIZE"],
+               "local_rank": os.environ["LOCAL_RANK"], "master_port": os.environ["MASTER_PORT"],
+               "arguments": sys.argv[1:], "module": __spec__.name}, handle)
+print(f"report from rank {rank}")
+"""
+
+
+def test_launch_runs_a_module_with_underscore_flags(tmp_path):
+    (tmp_path / "tinypkg").mkdir()
+    (tmp_path / "tinypkg" / "__init__.py").write_text("")
+    (tmp_path / "tinypkg" / "report.py").write_text(REPORT)
+    port = nodes.free_master_port()
+    # Run from the package's folder, as `python -m` finds modules there.
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    result = subprocess.run(
+        [sys.executable, "-m", "agnostic", "launch", "--nproc_per_node", "2",
+         "--master_port", str(port), "-m", "tinypkg.report", "--lr", "0.1"],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=path), capture_output=True,
+        text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    reports = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank_*.json")),
+                     key=lambda report: report["rank"])
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert [r["local_rank"] for r in reports] == ["0", "1"]
+    for report in reports:
+        assert report["world_size"] == "2" and report["master_port"] == str(port + 1)
+        assert report["arguments"] == ["--lr", "0.1"]
+        assert report["module"] == "tinypkg.report"
+    assert "report from rank 0" in result.stdout  # the chief's output alone
+    assert "report from rank 1" not in result.stdout

@@ -3,7 +3,7 @@ since a machine with GPUs cannot exist in this test environment."""
 import pytest
 
 import agnostic
-from agnostic import devices, plan
+from agnostic import cluster, devices, plan
 from agnostic.devices import DeviceListing
 
 GPUS_4 = DeviceListing(
@@ -117,16 +117,6 @@ def test_bad_cpu_devices_variable(raw):
         devices.requested_cpu_devices({"AGNOSTIC_CPU_DEVICES": raw})
 
 
-def test_tf_config_with_several_workers_is_read_without_the_engine():
-    config = ('{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},'
-              ' "task": {"type": "worker", "index": 1}}')
-    assert devices.tf_config_workers({"TF_CONFIG": config}) == (
-        ["10.0.0.1:2222", "10.0.0.2:2222"], 1)
-    one = '{"cluster": {"worker": ["10.0.0.1:2222"]}, "task": {"type": "worker", "index": 0}}'
-    for value in ("", "not json", "{}", one):
-        assert devices.tf_config_workers({"TF_CONFIG": value}) is None
-
-
 def test_configured_backend_reads_the_variable_then_keras_json(tmp_path):
     assert devices.configured_backend({"KERAS_BACKEND": "jax"}) == "jax"
     (tmp_path / "keras.json").write_text('{"backend": "torch"}')
@@ -143,3 +133,33 @@ def test_tensorflow_workers_span_processes():
             chosen.process_id) == ("tf-mirrored", 2, 2, 1)
     with pytest.raises(agnostic.DeviceRequestError, match="2 processes"):
         plan.decide("tensorflow", listing, gpus=4)
+
+
+SLURM_RANK_1 = cluster.Environment("slurm", 4, 1, local_rank=1, local_world_size=2,
+                                   coordinator="n1", port=15000)
+# Made-up GPUs (mocked): a machine with GPUs cannot exist in this test environment.
+TWO_GPUS = DeviceListing(("cuda:0", "cuda:1"), "cpu", accelerators=True)
+ONE_GPU = DeviceListing(("cuda:0",), "cpu", accelerators=True)
+
+
+def test_the_plan_names_the_environment():
+    chosen = plan.decide("torch", TWO_GPUS, None, SLURM_RANK_1)
+    assert (chosen.environment, chosen.process_id, chosen.num_processes) == ("slurm", 1, 4)
+    assert "environment=slurm" in chosen.describe()
+    assert plan.decide("torch", TWO_GPUS).environment == "none"
+
+
+def test_tasks_per_node_must_match_the_accelerators():
+    # Two tasks, each seeing its own GPU (--gpus-per-task=1), or both GPUs: fine.
+    assert plan.decide("torch", ONE_GPU, None, SLURM_RANK_1).num_replicas == 4
+    four_gpus = DeviceListing(tuple(f"cuda:{i}" for i in range(4)), "cpu", accelerators=True)
+    with pytest.raises(agnostic.DeviceRequestError) as raised:
+        plan.decide("torch", four_gpus, None, SLURM_RANK_1)
+    assert ("slurm started 2 processes on this node, which has 4 accelerators visible "
+            "to each of them; torch trains with one process per accelerator. Start 4 "
+            "process(es) per node") in str(raised.value)
+    workers = DeviceListing(tuple(f"/job:worker/task:{t}/device:GPU:{g}" for t in range(4)
+                                  for g in range(2)), "cpu", accelerators=True,
+                            num_processes=4, process_id=1)
+    with pytest.raises(agnostic.DeviceRequestError, match="one process per node"):
+        plan.decide("tensorflow", workers, None, SLURM_RANK_1)

@@ -9,7 +9,8 @@ in a fixed order. The first that finds its variables wins.
 import dataclasses
 import importlib
 import os
-from typing import Optional
+import sys
+from typing import Optional, Tuple
 
 from agnostic import errors
 
@@ -23,7 +24,13 @@ ORDER = (
     "agnostic.cluster.slurm",
     "agnostic.cluster.openmpi",
     "agnostic.cluster.kubeflow_jax",
+    "agnostic.cluster.lsf",
 )
+# Environments whose variables ask this very process to train with others
+# (set for it by hand, by agnostic, by TensorFlow's or Keras's conventions).
+# The others are schedulers: every process they start has their variables,
+# whether it trains with agnostic or not.
+REQUESTED = ("keras-distribution", "tf-config", "rank-variables")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +45,24 @@ class Environment:
     coordinator: Optional[str] = None  # the chief's host; None: shared at start
     port: Optional[int] = None
     started_by_scheduler: bool = True  # False: agnostic starts the processes
+    local_world_size: int = 1  # processes on this node
+    # Every process's host, in rank order, where the scheduler says it.
+    hosts: Optional[Tuple[str, ...]] = None
 
     @property
     def is_chief(self):
         return self.rank == 0
+
+    @property
+    def requested(self):
+        """Whether the variables were set for this process to train with
+        others (not merely inherited from a scheduler)."""
+        return self.name in REQUESTED
+
+    @property
+    def address(self):
+        """The coordinator as a URL: torch's init_method."""
+        return f"tcp://{self.coordinator}:{self.port}"
 
 
 def detect(environ=None):
@@ -52,6 +73,14 @@ def detect(environ=None):
         if found is not None:
             return found
     return None
+
+
+def job(backend=None):
+    """This process's job of several processes: the environment found, or
+    a torch group that exists already; None for a plain process (or a job of
+    one process)."""
+    found = detect() or existing_torch_group(backend)
+    return found if found is not None and found.world_size > 1 else None
 
 
 def whole_number(environ, name, default=None, least=0):
@@ -87,3 +116,15 @@ def check_rank(name, rank, world_size):
             f"{name}: the rank must be between 0 and the number of processes - 1. "
             f"Received: rank={rank}, processes={world_size}"
         )
+
+
+def existing_torch_group(backend):
+    """A torch process group made before agnostic was called (Ray Train's
+    torch workers make theirs), as an Environment; None otherwise. Imports
+    nothing: torch is asked only when the program has imported it."""
+    distributed = sys.modules.get("torch.distributed") if backend == "torch" else None
+    if distributed is None or not distributed.is_available() \
+            or not distributed.is_initialized():
+        return None
+    return Environment("torch.distributed", distributed.get_world_size(),
+                       distributed.get_rank(), started_by_scheduler=True)

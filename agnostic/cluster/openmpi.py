@@ -1,7 +1,16 @@
-"""Open MPI's `mpirun`: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK. It names
-no coordinator: rank 0's address has to be shared once the job has started
-(coordinator None)."""
+"""Open MPI's `mpirun`: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE.
+
+It names no coordinator. On one node the processes meet on 127.0.0.1; on
+several, at the host `mpirun` runs on (from its URI, as JAX's own Open MPI
+support does), which must then run rank 0: the usual case inside a batch
+job. MASTER_ADDR and MASTER_PORT choose them instead.
+"""
+import re
+
 from agnostic import cluster
+from agnostic.cluster import slurm
+
+LAUNCHER_URI = "OMPI_MCA_orte_hnp_uri"
 
 
 def detect(environ):
@@ -11,8 +20,31 @@ def detect(environ):
         environ, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
     if world_size < 2:
         return None
+    local_size = cluster.whole_number(environ, "OMPI_COMM_WORLD_LOCAL_SIZE", default=1, least=1)
+    one_node = local_size == world_size
+    uri = environ.get(LAUNCHER_URI, "")
+    coordinator = environ.get("MASTER_ADDR") or (
+        "127.0.0.1" if one_node else launcher_host(uri))
     return cluster.Environment(
         "openmpi", world_size, rank,
         local_rank=cluster.whole_number(environ, "OMPI_COMM_WORLD_LOCAL_RANK", default=0),
-        node_rank=cluster.whole_number(environ, "OMPI_COMM_WORLD_NODE_RANK", default=0),
+        # (OMPI_COMM_WORLD_NODE_RANK counts processes on the node, not nodes.)
+        node_rank=rank // local_size,
+        coordinator=coordinator, port=_port(environ, uri),
+        local_world_size=local_size,
+        hosts=(coordinator,) * world_size if one_node else None,
     )
+
+
+def launcher_host(uri):
+    """The first address in mpirun's URI, "1234.0;tcp://10.0.0.1,10.1.0.1:4567"."""
+    found = re.search(r"tcp://([^,:;]+)", uri)
+    return found.group(1) if found else None
+
+
+def _port(environ, uri):
+    if environ.get("MASTER_PORT"):
+        return cluster.whole_number(environ, "MASTER_PORT", least=1)
+    job = uri.split(".")[0]
+    number = int(job) if job.isdigit() else 0
+    return slurm.PORT_BASE + number % slurm.PORT_RANGE

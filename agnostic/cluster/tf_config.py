@@ -35,10 +35,13 @@ def detect(environ):
     workers = list(roles.get("chief", [])) + list(roles.get("worker", []))
     rank = index + (len(roles.get("chief", [])) if role == "worker" else 0)
     cluster.check_rank("TF_CONFIG", rank, len(workers))
-    host, _, port = workers[0].rpartition(":")
+    hosts = tuple(address.rpartition(":")[0] for address in workers)
+    port = workers[0].rpartition(":")[2]
     return cluster.Environment(
-        "tf-config", len(workers), rank, node_rank=rank, coordinator=host,
+        "tf-config", len(workers), rank, node_rank=rank, coordinator=hosts[0],
         port=int(port) if port.isdigit() else None,
+        local_world_size=hosts.count(hosts[rank]), hosts=hosts,
+        local_rank=hosts[:rank].count(hosts[rank]),
     )
 
 

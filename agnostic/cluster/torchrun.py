@@ -1,5 +1,6 @@
 """torchrun (TorchElastic): it starts the processes and sets RANK,
-WORLD_SIZE, LOCAL_RANK, GROUP_RANK, MASTER_ADDR and MASTER_PORT."""
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and
+MASTER_PORT."""
 from agnostic import cluster
 
 
@@ -13,4 +14,5 @@ def detect(environ):
         node_rank=cluster.whole_number(environ, "GROUP_RANK", default=0),
         coordinator=environ.get("MASTER_ADDR", "127.0.0.1"),
         port=cluster.whole_number(environ, "MASTER_PORT", default=29500, least=1),
+        local_world_size=cluster.whole_number(environ, "LOCAL_WORLD_SIZE", default=1, least=1),
     )

@@ -19,9 +19,8 @@ import tempfile
 import threading
 import time
 
-from agnostic import errors
+from agnostic import cluster, errors
 from agnostic.launch import failures
-from agnostic.launch.environment import ProcessGroup
 
 logger = logging.getLogger("agnostic")
 POLL_SECONDS = 0.2
@@ -123,7 +122,9 @@ class Workers:
 
     def __init__(self, world_size, local_ranks=None):
         local_ranks = local_ranks or list(range(world_size))
-        self.group = ProcessGroup(0, world_size, local_ranks[0], "127.0.0.1", free_port())
+        self.group = cluster.Environment(
+            "agnostic", world_size, 0, local_rank=local_ranks[0], coordinator="127.0.0.1",
+            port=free_port(), started_by_scheduler=False, local_world_size=world_size)
         self.reports = tempfile.mkdtemp(prefix="agnostic-failures-")
         command = script_command()
         self.processes = {}
@@ -131,7 +132,8 @@ class Workers:
             environment = dict(os.environ)
             environment.update(
                 RANK=str(rank), LOCAL_RANK=str(local_ranks[rank]), WORLD_SIZE=str(world_size),
-                MASTER_ADDR=self.group.master_addr, MASTER_PORT=str(self.group.master_port),
+                LOCAL_WORLD_SIZE=str(world_size),
+                MASTER_ADDR=self.group.coordinator, MASTER_PORT=str(self.group.port),
                 # Only the chief prints; the workers' errors still reach stderr.
                 PYTHONWARNINGS="ignore",
             )

@@ -3,7 +3,7 @@ import contextlib
 import functools
 import random
 
-from agnostic import backup, batching, checkpoints, errors
+from agnostic import backup, batching, checkpoints, collectives, errors
 
 
 class Strategy:
@@ -143,13 +143,14 @@ def start_again(model):
 
 
 def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_chief=True,
-                        barrier=None):
+                        barrier=None, share=None):
     """What every returned model does around Keras's own methods.
 
     Checks batch splits before each call; `fit` leaves the trained weights in
     the template too, as the legacy `multi_gpu_model` did, even when fit is
     interrupted, and swaps BackupAndRestore for the atomic one; files are
-    written atomically and loads name a broken file.
+    written atomically and loads name a broken file. `barrier` and `share`
+    (see guard_files) are the strategy's, with several processes.
     """
     enter = scope_factory or _no_scope
 
@@ -186,10 +187,10 @@ def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_ch
     for method_name in ("evaluate", "predict", "train_on_batch", "test_on_batch",
                         "predict_on_batch"):
         wrap_method(model, method_name, checked(method_name))
-    guard_files(model, is_chief, barrier)
+    guard_files(model, is_chief, barrier, share)
     if template is not model:
         # The template receives the weights: the script may save it instead.
-        guard_files(template, is_chief, barrier)
+        guard_files(template, is_chief, barrier, share)
 
 
 class _TemplateLink:
@@ -207,11 +208,15 @@ def template_of(model):
     return link.template if link is not None else None
 
 
-def guard_files(model, is_chief=True, barrier=None):
+def guard_files(model, is_chief=True, barrier=None, share=None):
     """Atomic saves on the chief, none elsewhere; loads that name bad files.
 
     With several processes, `barrier()` follows every save on every process,
-    so that a file any process opens afterwards is the one just written."""
+    so that a file any process opens afterwards is the one just written, and
+    `share(value)` returns the chief's value on every process (see
+    agnostic/collectives.py): BackupAndRestore restores the chief's backup
+    everywhere with it, so that only the chief's disk needs one."""
+    collectives.attach(model, share)
     if model.__dict__.get("_agnostic_files_guarded"):
         return  # the returned model's template, guarded already
     model.__dict__["_agnostic_files_guarded"] = True

@@ -4,7 +4,7 @@ With several processes (agnostic launch, or Keras's distribution variables),
 the devices are every process's: each process feeds its own part of every
 global batch, and JAX's one program computes on the whole batch.
 """
-from agnostic import sharding
+from agnostic import collectives, sharding
 from agnostic.strategies import base
 
 
@@ -31,6 +31,7 @@ class JaxDataParallelStrategy(base.Strategy):
             model, template, plan.num_replicas, scope_factory=distribution.scope,
             is_chief=plan.process_id == 0,
             barrier=_barrier if plan.num_processes > 1 else None,
+            share=collectives.jax_share if plan.num_processes > 1 else None,
         )
         if plan.num_processes > 1:
             _predict_locally(model, template)  # outermost: outside the mesh

@@ -2,7 +2,7 @@
 (from TF_CONFIG, made as TensorFlow is imported), and the three places where
 Keras 3.15's fit needs help under it.
 """
-from agnostic import _startup, errors, sharding
+from agnostic import _startup, collectives, errors, sharding
 from agnostic.compat import tf_first_batch
 from agnostic.strategies import base
 
@@ -14,16 +14,14 @@ def strategy(plan):
     if "error" in _startup.TF_WORKERS:
         cause = f"it failed: {_startup.TF_WORKERS['error']}"
     else:
-        cause = ("TensorFlow was imported before agnostic could make it (is "
-                 "agnostic installed in this environment, so that its start-up "
-                 "hook runs when TF_CONFIG is set?)")
+        cause = ("TensorFlow was imported before agnostic could make it: import "
+                 "agnostic before keras in the script, or set AGNOSTIC_JOIN=1 (and "
+                 "install agnostic with pip, so that its start-up hook runs)")
     raise errors.LaunchError(
-        f"TF_CONFIG names {plan.num_processes} TensorFlow workers, which train "
-        "with MultiWorkerMirroredStrategy; the engine allows that strategy only "
-        f"before it runs anything, and {cause}. Install agnostic with pip in "
-        "the environment that runs the script (`agnostic launch` sets TF_CONFIG "
-        "for you), and check that every worker's address in TF_CONFIG is free "
-        "on its machine."
+        f"This process is one of {plan.num_processes} TensorFlow workers "
+        f"({plan.environment}), which train with MultiWorkerMirroredStrategy; the "
+        "engine allows that strategy only before it runs anything, and "
+        f"{cause}. Check also that every worker's address is free on its machine."
     )
 
 
@@ -36,7 +34,8 @@ def compile(plan, template, compile_kwargs, clone_function=None):
     _one_value_per_replica(model)
     is_chief = plan.process_id == 0
     base.wrap_returned_model(model, template, plan.num_replicas, is_chief=is_chief,
-                             barrier=lambda: _barrier(workers))
+                             barrier=lambda: _barrier(workers),
+                             share=collectives.tf_workers_share(workers))
     sharding.quiet_unless_chief(model, is_chief)
     return model
 
@@ -47,7 +46,7 @@ def _chief_weights(workers, template):
     import numpy as np
     import tensorflow as tf
 
-    chief = workers.cluster_resolver.task_id == 0
+    chief = workers.cluster_resolver.task_id == 0  # every process is a worker, rank order
     weights = template.get_weights()
 
     def value(weight):

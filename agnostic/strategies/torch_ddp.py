@@ -12,9 +12,9 @@ import inspect
 import logging
 import sys
 
-from agnostic import batch_norm, errors, sharding
+from agnostic import batch_norm, cluster, collectives, errors, sharding
 from agnostic.compat import torch_batch_norm
-from agnostic.launch import environment, local
+from agnostic.launch import local
 from agnostic.strategies import base, torch_reduce
 
 logger = logging.getLogger("agnostic")
@@ -27,13 +27,14 @@ class TorchDDPStrategy(base.Strategy):
         import torch
         import torch.distributed as dist
 
-        group = environment.from_environment()
+        # The scheduler's job (or Ray's group), else processes started here.
+        group = cluster.job("torch")
         if group is None:
             group = local.launch(self.plan.num_processes, _device_indexes(self.plan))
         if not dist.is_initialized():
             on_gpu = torch.cuda.is_available()
-            if on_gpu:
-                torch.cuda.set_device(group.local_rank)
+            if on_gpu:  # one GPU visible: the scheduler gave it to this process
+                torch.cuda.set_device(group.local_rank if torch.cuda.device_count() > 1 else 0)
             dist.init_process_group(
                 "nccl" if on_gpu else "gloo", init_method=group.address,
                 rank=group.rank, world_size=group.world_size,
@@ -52,7 +53,8 @@ class TorchDDPStrategy(base.Strategy):
             _average_gradients(template, group.world_size)
         _aggregate_metrics(template)
         sharding.split_calls(template, group.rank, group.world_size)
-        base.guard_files(template, is_chief=group.is_chief, barrier=dist.barrier)
+        base.guard_files(template, is_chief=group.is_chief, barrier=dist.barrier,
+                         share=collectives.torch_share)
         return template
 
 

@@ -6,6 +6,10 @@ process (rank 1 under torch-ddp, else the only one) SIGKILL itself there;
 KILL_IN_WRITE=epoch kills the chief while it replaces that epoch's backup
 file (the temporary file written, the rename not done). The chief saves the
 final weights to FOLDER/final.npz.
+MODE "own-folders": as "resume" over 2 epochs with SGD and momentum, each
+node backing up to its own NODE_FOLDER (machines without a shared disk);
+every process saves its final weights to FOLDER/final-RANK.npz and the
+epochs it trained to FOLDER/epochs-RANK.json.
 """
 import json
 import os
@@ -60,14 +64,20 @@ def compiled():
                                              gpus=REPLICAS, **models.COMPILE)
 
 
+def killers():
+    """The KillAt callback KILL asks for, if any."""
+    if not os.environ.get("KILL"):
+        return []
+    epoch, batch = map(int, os.environ["KILL"].split(":"))
+    victim = 1 if agnostic.resolve(gpus=REPLICAS).num_processes > 1 else 0
+    return [KillAt(epoch, batch, victim)]
+
+
 def resume():
     x, y = models.data()
     model = compiled()
     callbacks = [keras.callbacks.BackupAndRestore(os.path.join(FOLDER, "backup"))]
-    if os.environ.get("KILL"):
-        epoch, batch = map(int, os.environ["KILL"].split(":"))
-        victim = 1 if agnostic.resolve(gpus=REPLICAS).num_processes > 1 else 0
-        callbacks.append(KillAt(epoch, batch, victim))
+    callbacks += killers()
     if os.environ.get("KILL_IN_WRITE") and rank() == 0:
         kill_while_replacing(int(os.environ["KILL_IN_WRITE"]))
     history = model.fit(x, y, batch_size=16, epochs=4, shuffle=False, verbose=0,
@@ -76,6 +86,21 @@ def resume():
         np.savez(os.path.join(FOLDER, "final.npz"), *model.get_weights())
         return {"epochs": list(history.epoch)}
     return None
+
+
+def own_folders():
+    x, y = models.data()
+    # Momentum: the optimizer's state must reach every process too.
+    model = agnostic.backend_agnostic_compile(
+        models.build(keras), optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+        gpus=REPLICAS, **models.COMPILE)
+    callbacks = [keras.callbacks.BackupAndRestore(
+        os.path.join(os.environ["NODE_FOLDER"], "backup"))] + killers()
+    history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+                        callbacks=callbacks)
+    np.savez(os.path.join(FOLDER, f"final-{rank()}.npz"), *model.get_weights())
+    with open(os.path.join(FOLDER, f"epochs-{rank()}.json"), "w") as handle:
+        json.dump(list(history.epoch), handle)
 
 
 def callbacks():
@@ -106,6 +131,6 @@ def callbacks():
 
 
 if __name__ == "__main__":
-    result = {"resume": resume, "callbacks": callbacks}[MODE]()
+    result = {"resume": resume, "callbacks": callbacks, "own-folders": own_folders}[MODE]()
     if result is not None:
         print(json.dumps(result))

@@ -1,0 +1,35 @@
+"""IBM Spectrum LSF with jsrun: JSM_NAMESPACE_RANK, _SIZE, _LOCAL_RANK; the
+hosts come from the job's rank file (its first line is the launch node,
+which runs no task)."""
+from agnostic import cluster
+from agnostic.cluster import slurm
+
+
+def detect(environ):
+    if "LSB_JOBID" not in environ or "JSM_NAMESPACE_SIZE" not in environ:
+        return None
+    world_size, rank = cluster.size_and_rank(
+        environ, "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK")
+    if world_size < 2:
+        return None
+    hosts = _rank_file_hosts(environ.get("LSB_DJOB_RANKFILE"))
+    job = cluster.whole_number(environ, "LSB_JOBID", default=0)
+    return cluster.Environment(
+        "lsf", world_size, rank,
+        local_rank=cluster.whole_number(environ, "JSM_NAMESPACE_LOCAL_RANK", default=0),
+        coordinator=hosts[0] if hosts else None,
+        port=cluster.whole_number(environ, "MASTER_PORT", default=0, least=0)
+        or slurm.PORT_BASE + job % slurm.PORT_RANGE,
+        hosts=tuple(hosts) if len(hosts) == world_size else None,
+    )
+
+
+def _rank_file_hosts(path):
+    if not path:
+        return []
+    try:
+        with open(path) as handle:
+            lines = [line.strip() for line in handle if line.strip()]
+    except OSError:
+        return []
+    return lines[1:]

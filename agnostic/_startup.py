@@ -55,7 +55,7 @@ def _join_tensorflow(tf, environment):
     # The strategy configures the engine's collective runtime, which
     # TensorFlow accepts only before it has run anything: the user's script
     # builds its model before calling backend_agnostic_compile.
-    if TF_WORKERS or devices_lib.configured_backend() != "tensorflow":
+    if TF_WORKERS:
         return
     try:
         workers = worker_addresses(environment)
@@ -179,8 +179,11 @@ def _apply(name, module, count):
                 errors.CpuDevicesWarning,
                 stacklevel=2,
             )
+    # Only Keras's engine joins: a library may import another engine too,
+    # whose runtime would take the coordinator's port.
     environment = job()
-    if environment is not None and joins(environment):
+    if environment is not None and devices_lib.configured_backend() == name \
+            and joins(environment):
         JOINERS[name](module, environment)
 
 

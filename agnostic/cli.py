@@ -71,8 +71,8 @@ LAUNCH_EXAMPLES = """examples:
 
 def _add_launch(commands):
     """`agnostic launch`, with torchrun's flags (both spellings: --nproc-per-node
-    and --nproc_per_node). Values stay strings: nodes.settings checks them."""
-    from agnostic.launch import nodes
+    and --nproc_per_node). Values stay strings: launch.settings checks them."""
+    from agnostic.launch import settings
 
     launch = commands.add_parser(
         "launch", help="start a script's processes on this node (one per device)",
@@ -81,7 +81,7 @@ def _add_launch(commands):
         epilog=LAUNCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     launch.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node",
                         metavar="N", default="1",
-                        help=f"processes on this node: a whole number, or {nodes.AUTO} "
+                        help=f"processes on this node: a whole number, or {settings.AUTO} "
                              "(default: %(default)s)")
     launch.add_argument("--nnodes", metavar="M", default="1",
                         help="nodes (machines), each running this command "
@@ -91,11 +91,11 @@ def _add_launch(commands):
                                           "master (default: %(default)s)")
     launch.add_argument("--master-addr", "--master_addr", dest="master_addr",
                         metavar="HOST", help="node 0's address, reachable from every "
-                        f"node (default: {nodes.DEFAULT_MASTER_ADDR})")
+                        f"node (default: {settings.DEFAULT_MASTER_ADDR})")
     launch.add_argument("--master-port", "--master_port", dest="master_port",
                         metavar="PORT", help="free port on node 0 where the launchers "
                         "meet; the launcher also uses PORT+1 (torch) and PORT+2 (JAX) "
-                        f"there (default: {nodes.DEFAULT_MASTER_PORT})")
+                        f"there (default: {settings.DEFAULT_MASTER_PORT})")
     launch.add_argument("--master", metavar="HOST:PORT",
                         help="the same as --master-addr HOST --master-port PORT "
                              "(default: not set)")
@@ -113,11 +113,11 @@ def _add_launch(commands):
 
 def _launch(arguments):
     from agnostic import errors
-    from agnostic.launch import nodes
+    from agnostic.launch import nodes, settings
 
     command = (["-m"] if arguments.module else []) + [arguments.script] + arguments.arguments
     try:
-        checked = nodes.settings(
+        checked = settings.settings(
             arguments.nproc_per_node, arguments.nnodes, arguments.node_rank,
             arguments.master, arguments.master_addr, arguments.master_port,
             arguments.standalone)

@@ -14,7 +14,7 @@ import types
 import pytest
 
 from agnostic import cli, errors
-from agnostic.launch import local, nodes, rendezvous
+from agnostic.launch import local, nodes, rendezvous, settings
 from tests.conftest import ROOT
 
 
@@ -46,7 +46,7 @@ def test_console_script_is_installed():
     assert "plan:" in result.stdout
 
 
-# `agnostic launch`: parsing (cli.py) and checking (launch/nodes.py).
+# `agnostic launch`: parsing (cli.py) and checking (launch/settings.py).
 LAUNCH_DEFAULTS = {
     "--nproc-per-node N, --nproc_per_node N": "1",
     "--nnodes M": "1",
@@ -89,7 +89,7 @@ def launched(monkeypatch):
 
 def test_launch_defaults(launched):
     assert cli.main(["launch", "train.py"]) == 0
-    assert launched == [(["train.py"], nodes.Settings(1, 1, 0, "127.0.0.1", 29400))]
+    assert launched == [(["train.py"], settings.Settings(1, 1, 0, "127.0.0.1", 29400))]
 
 
 @pytest.mark.parametrize("spelling", ["-", "_"])
@@ -99,7 +99,7 @@ def test_launch_flags_in_both_spellings(launched, spelling):
             f"--master{spelling}port", "29500", "train.py", "--epochs", "3"]
     assert cli.main(["launch"] + argv) == 0
     assert launched == [(["train.py", "--epochs", "3"],
-                         nodes.Settings(4, 2, 1, "10.0.0.1", 29500))]
+                         settings.Settings(4, 2, 1, "10.0.0.1", 29500))]
 
 
 def test_launch_runs_a_module_like_python_dash_m(launched):
@@ -113,7 +113,7 @@ def test_launch_runs_a_module_like_python_dash_m(launched):
 ])
 def test_master_in_either_form(launched, argv):
     assert cli.main(["launch"] + argv + ["train.py"]) == 0
-    assert launched[0][1] == nodes.Settings(1, 1, 0, "10.0.0.1", 29500)
+    assert launched[0][1] == settings.Settings(1, 1, 0, "10.0.0.1", 29500)
 
 
 def test_standalone_picks_a_free_master_port(launched):
@@ -209,8 +209,8 @@ def test_module_is_found_from_the_current_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = list(sys.path)
     try:
-        nodes.check_command(["-m", "tinypkg.train", "--lr", "0.1"])
-        nodes.check_command(["-m", "tinypkg"])  # a package runs its __main__
+        settings.check_command(["-m", "tinypkg.train", "--lr", "0.1"])
+        settings.check_command(["-m", "tinypkg"])  # a package runs its __main__
     finally:  # finding a submodule imported its package, as `python -m` does
         for name in [n for n in sys.modules if n.split(".")[0] == "tinypkg"]:
             del sys.modules[name]
@@ -242,7 +242,7 @@ def fake_torch(monkeypatch, gpus):
 ])
 def test_auto_on_torch_counts_gpus_or_cpu_devices(monkeypatch, environ, gpus, processes):
     counted = fake_torch(monkeypatch, gpus)
-    assert nodes.auto_nproc(environ) == processes
+    assert settings.auto_nproc(environ) == processes
     assert counted == [gpus]
 
 
@@ -250,14 +250,14 @@ def test_auto_reads_the_engine_from_keras_json(tmp_path, monkeypatch):
     (tmp_path / "keras.json").write_text(json.dumps({"backend": "torch"}))
     fake_torch(monkeypatch, 0)
     environ = {"KERAS_HOME": str(tmp_path), "AGNOSTIC_CPU_DEVICES": "2"}
-    assert nodes.auto_nproc(environ) == 2
+    assert settings.auto_nproc(environ) == 2
 
 
 @pytest.mark.parametrize("backend", ["jax", "tensorflow"])
 def test_auto_is_one_process_per_node_on_jax_and_tensorflow(monkeypatch, backend):
     monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
     environ = {"KERAS_BACKEND": backend, "AGNOSTIC_CPU_DEVICES": "4"}
-    assert nodes.auto_nproc(environ) == 1
+    assert settings.auto_nproc(environ) == 1
 
 
 @pytest.mark.parametrize("backend, gpus, processes", [
@@ -274,11 +274,11 @@ def test_auto_without_torch_is_explained(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(errors.LaunchError, match=r"--nproc-per-node auto counts torch's "
                        r"CUDA GPUs, but torch cannot be imported .* such as --nproc-per-node 4"):
-        nodes.auto_nproc({"KERAS_BACKEND": "torch"})
+        settings.auto_nproc({"KERAS_BACKEND": "torch"})
 
 
 def test_auto_with_bad_cpu_devices_is_a_launch_error(monkeypatch):
     fake_torch(monkeypatch, 0)
     with pytest.raises(errors.LaunchError, match=r"--nproc-per-node auto: AGNOSTIC_CPU_DEVICES "
                        r"must be a whole number"):
-        nodes.auto_nproc({"KERAS_BACKEND": "torch", "AGNOSTIC_CPU_DEVICES": "many"})
+        settings.auto_nproc({"KERAS_BACKEND": "torch", "AGNOSTIC_CPU_DEVICES": "many"})

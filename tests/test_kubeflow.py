@@ -4,6 +4,7 @@ JAXJob), with 127.0.0.1 for the pods' service names, the one thing faked
 here. Each engine's tox environment runs its own operator's job."""
 import json
 import os
+import sys
 
 import pytest
 
@@ -66,3 +67,17 @@ def test_only_the_chief_pod_writes_and_shows_progress(tmp_path):
     result, outputs = run_pods(jobs.PROCESSES, "files", tmp_path)
     jobs.check_only_the_chief_wrote(result, tmp_path)
     assert sum(out.count("Epoch 1/2") for out, _ in outputs) == 1
+
+
+if ENGINE == "torch":  # torch's plan needs no peer: the others join theirs
+
+    def test_agnostic_info_in_a_pod_names_the_operators_job():
+        # One pod's process, as its operator starts it: info answers from
+        # resolve() itself, as backend_agnostic_compile would decide.
+        pod = jobs.start([sys.executable, "-m", "agnostic", "info"],
+                         AGNOSTIC_CPU_DEVICES=None, **pytorchjob(free_port())[1])
+        codes, outputs, _ = jobs.finish([pod], seconds=120)
+        jobs.succeeded(codes, outputs)
+        printed = outputs[0][0]
+        assert "environment: rank-variables" in printed
+        assert "strategy=torch-ddp replicas=2 processes=2 process_id=1" in printed

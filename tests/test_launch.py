@@ -70,7 +70,7 @@ def test_rank_zero_must_use_the_first_gpu():
 
 # Bad cluster input: refused with a clear error well within 60 s, before any
 # process starts. Both "nodes" are this machine.
-from agnostic.launch import nodes, rendezvous  # noqa: E402
+from agnostic.launch import nodes, rendezvous, settings  # noqa: E402
 
 
 @pytest.mark.parametrize("nproc, nnodes, rank, message", [
@@ -80,13 +80,13 @@ from agnostic.launch import nodes, rendezvous  # noqa: E402
 ])
 def test_launch_arguments_are_checked(nproc, nnodes, rank, message):
     with pytest.raises(errors.LaunchError, match=message):
-        nodes.settings(nproc, nnodes, rank, "127.0.0.1:29400")
+        settings.settings(nproc, nnodes, rank, "127.0.0.1:29400")
 
 
 @pytest.mark.parametrize("master", ["127.0.0.1", "host:port", ":29400", "h:70000"])
 def test_master_must_be_host_and_port(master):
     with pytest.raises(errors.LaunchError, match=r"--master must be HOST:PORT"):
-        nodes.parse_master(master)
+        settings.parse_master(master)
 
 
 def test_unreachable_master_is_reported(monkeypatch):
@@ -167,7 +167,7 @@ def test_launch_runs_a_module_with_underscore_flags(tmp_path):
     (tmp_path / "tinypkg").mkdir()
     (tmp_path / "tinypkg" / "__init__.py").write_text("")
     (tmp_path / "tinypkg" / "report.py").write_text(REPORT)
-    port = nodes.free_master_port()
+    port = settings.free_master_port()
     # Run from the package's folder, as `python -m` finds modules there.
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     result = subprocess.run(

@@ -233,7 +233,6 @@ def started_by_site():
     return False
 
 
-
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs an engine's set-up right after its top module has executed."""
 

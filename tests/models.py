@@ -4,6 +4,7 @@ built outside any scope, trained with SGD and shuffle=False.
 Written once for Keras 3 and for Keras 2.2 (keras-mxnet), whose names differ
 in a few places: those differences live here.
 """
+import logging
 import os
 
 import numpy as np
@@ -68,3 +69,14 @@ def devices_of(weight):
     if hasattr(value, "sharding"):
         return {f"{d.platform}:{d.id}" for d in value.sharding.device_set}
     return {copy.device for copy in getattr(value, "values", (value,))}
+
+
+class Records(logging.Handler):
+    """Keeps agnostic's log messages."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())

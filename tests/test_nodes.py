@@ -4,7 +4,6 @@ on the engine's own distributed runtime (TensorFlow, JAX, torch). The second
 machine's address is the only thing faked here: both nodes are this machine."""
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import time
 import numpy as np
 
 from tests import models
+from tests.jobs import finish
 from tests.conftest import ROOT, alive, engine_or_skip
 
 engine_or_skip()
@@ -34,18 +34,6 @@ def start_node(rank, port, script, *arguments, **variables):
                script] + [str(a) for a in arguments]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def finish(nodes, seconds=600):
-    began = time.monotonic()
-    outputs = []
-    for node in nodes:
-        try:
-            outputs.append(node.communicate(timeout=seconds))
-        finally:
-            if node.poll() is None:
-                os.killpg(node.pid, signal.SIGKILL)
-    return [n.returncode for n in nodes], outputs, time.monotonic() - began
 
 
 def test_two_nodes_train_like_one_device(tmp_path):

@@ -31,6 +31,10 @@ ORDER = (
 # The others are schedulers: every process they start has their variables,
 # whether it trains with agnostic or not.
 REQUESTED = ("keras-distribution", "tf-config", "rank-variables")
+# A coordinator port the same on every process of a job, from the job's id,
+# where the scheduler names none.
+PORT_BASE = 15000
+PORT_RANGE = 20000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +106,13 @@ def whole_number(environ, name, default=None, least=0):
     return value
 
 
+def job_port(environ, job_id):
+    """MASTER_PORT when set, else a port derived from the job's id."""
+    if environ.get("MASTER_PORT"):
+        return whole_number(environ, "MASTER_PORT", least=1)
+    return PORT_BASE + job_id % PORT_RANGE
+
+
 def size_and_rank(environ, size_name, rank_name, rank_default=None):
     """(processes, this process's rank) from two variables, checked."""
     world_size = whole_number(environ, size_name, least=1)
@@ -127,4 +138,4 @@ def existing_torch_group(backend):
             or not distributed.is_initialized():
         return None
     return Environment("torch.distributed", distributed.get_world_size(),
-                       distributed.get_rank(), started_by_scheduler=True)
+                       distributed.get_rank())

@@ -2,7 +2,6 @@
 hosts come from the job's rank file (its first line is the launch node,
 which runs no task)."""
 from agnostic import cluster
-from agnostic.cluster import slurm
 
 
 def detect(environ):
@@ -18,8 +17,7 @@ def detect(environ):
         "lsf", world_size, rank,
         local_rank=cluster.whole_number(environ, "JSM_NAMESPACE_LOCAL_RANK", default=0),
         coordinator=hosts[0] if hosts else None,
-        port=cluster.whole_number(environ, "MASTER_PORT", default=0, least=0)
-        or slurm.PORT_BASE + job % slurm.PORT_RANGE,
+        port=cluster.job_port(environ, job),
         hosts=tuple(hosts) if len(hosts) == world_size else None,
     )
 

@@ -8,7 +8,6 @@ job. MASTER_ADDR and MASTER_PORT choose them instead.
 import re
 
 from agnostic import cluster
-from agnostic.cluster import slurm
 
 LAUNCHER_URI = "OMPI_MCA_orte_hnp_uri"
 
@@ -43,8 +42,5 @@ def launcher_host(uri):
 
 
 def _port(environ, uri):
-    if environ.get("MASTER_PORT"):
-        return cluster.whole_number(environ, "MASTER_PORT", least=1)
-    job = uri.split(".")[0]
-    number = int(job) if job.isdigit() else 0
-    return slurm.PORT_BASE + number % slurm.PORT_RANGE
+    job = uri.split(".")[0]  # the job family: the same in every process
+    return cluster.job_port(environ, int(job) if job.isdigit() else 0)

@@ -7,10 +7,6 @@ import re
 
 from agnostic import cluster
 
-# A port for the coordinator, the same on every task of a job, from its id.
-PORT_BASE = 15000
-PORT_RANGE = 20000
-
 
 def detect(environ):
     if "SLURM_PROCID" not in environ or "SLURM_STEP_ID" not in environ:
@@ -21,11 +17,7 @@ def detect(environ):
         return None
     nodes = expand_nodelist(environ.get("SLURM_STEP_NODELIST")
                             or environ.get("SLURM_JOB_NODELIST") or "127.0.0.1")
-    if "MASTER_PORT" in environ:
-        port = cluster.whole_number(environ, "MASTER_PORT", least=1)
-    else:
-        job = cluster.whole_number(environ, "SLURM_JOB_ID", default=0)
-        port = PORT_BASE + job % PORT_RANGE
+    port = cluster.job_port(environ, cluster.whole_number(environ, "SLURM_JOB_ID", default=0))
     node_rank = cluster.whole_number(environ, "SLURM_NODEID", default=0)
     per_node = expand_counts(environ.get("SLURM_STEP_TASKS_PER_NODE")
                              or environ.get("SLURM_TASKS_PER_NODE") or "")

@@ -91,6 +91,8 @@ class Probe:
             self.rank = context.get_world_rank()
             self.seen["ray"] = {"rank": self.rank, "world_size": context.get_world_size(),
                                 "local_rank": context.get_local_rank()}
+        from tests.models import Records
+
         self.records = Records()
         logging.getLogger("agnostic").addHandler(self.records)
         logging.getLogger("agnostic").setLevel(logging.INFO)
@@ -148,17 +150,6 @@ class Probe:
                 "num_replicas_in_sync": strategy.num_replicas_in_sync,
                 "task_id": getattr(resolver, "task_id", None),
                 "is_users": strategy is self.users_strategy}
-
-
-class Records(logging.Handler):
-    """Keeps agnostic's log messages."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
 
 
 def run_under_ray(engine, folder, own_strategy):

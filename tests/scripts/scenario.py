@@ -17,15 +17,6 @@ import agnostic  # noqa: E402
 from tests import models  # noqa: E402
 
 
-class Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def equivalence(replicas, folder):
     x, y = models.data()
     reference = models.build(keras)
@@ -38,7 +29,7 @@ def equivalence(replicas, folder):
     if agnostic.resolve(gpus=replicas).process_id != 0:
         # Other processes' templates differ: everyone starts from process 0's.
         template.set_weights([w + 1 for w in initial])
-    records = Records()
+    records = models.Records()
     logging.getLogger("agnostic").addHandler(records)
     logging.getLogger("agnostic").setLevel(logging.INFO)
     model = agnostic.backend_agnostic_compile(template, optimizer=models.sgd(keras),

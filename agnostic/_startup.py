@@ -226,8 +226,8 @@ def started_by_site():
     start (Python's site module), rather than by the program."""
     frame = sys._getframe(1)
     while frame is not None:
-        code = frame.f_code
-        if code.co_name == "addpackage" and os.path.basename(code.co_filename) == "site.py":
+        # Python 3.11 freezes site ("<frozen site>"): ask the frame's module.
+        if frame.f_code.co_name == "addpackage" and frame.f_globals.get("__name__") == "site":
             return True
         frame = frame.f_back
     return False

@@ -47,4 +47,21 @@ __all__ = [
     "resolve",
 ]
 
-_startup.install(imported=not _startup.started_by_site())
+
+if _startup.started_by_site():
+    # The .pth file imports agnostic as Python starts, in every process with
+    # a job's variables. The program's own use is its first name taken from
+    # agnostic, which may come later: a Ray worker sets TF_CONFIG in the
+    # running process, before the user's function imports agnostic.
+    _PUBLIC = {name: globals().pop(name) for name in __all__}
+
+    def __getattr__(name):
+        if name not in _PUBLIC:
+            raise AttributeError(f"module 'agnostic' has no attribute {name!r}")
+        globals().update(_PUBLIC)
+        _startup.install(imported=True)
+        return _PUBLIC[name]
+
+    _startup.install()
+else:
+    _startup.install(imported=True)

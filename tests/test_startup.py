@@ -2,6 +2,7 @@
 SLURM's variables, whether it trains with agnostic or not. Only a program
 that uses agnostic joins the job as its engine starts (TensorFlow's workers,
 JAX's processes); any other program runs as if started plainly."""
+import json
 import os
 import subprocess
 import sys
@@ -68,3 +69,50 @@ def test_a_program_that_imports_agnostic_joins_the_schedulers_job(tmp_path):
     if ENGINE == "tensorflow":
         assert "TensorFlow worker 1 of 2 did not reach every worker" in result.stderr
         assert "from slurm) within 4 s" in result.stderr
+
+
+# Variables that appear in a running process, after the engine was imported:
+# as Ray's TensorflowTrainer sets TF_CONFIG in its workers; Keras's variables
+# for JAX. This process is task 1 of 2; task 0 never starts.
+def late_job_variables():
+    ports = [free_port(), free_port()]
+    if ENGINE == "tensorflow":
+        return {"TF_CONFIG": json.dumps({
+            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+            "task": {"type": "worker", "index": 1}})}
+    return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": ",".join(f"127.0.0.1:{p}" for p in ports),
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_PROCESS_ID": "1"}
+
+
+def test_variables_set_after_start_up_join_at_the_programs_first_use(tmp_path):
+    # AGNOSTIC_CPU_DEVICES makes agnostic's .pth file import agnostic as
+    # Python starts, before the job's variables exist. The program's first
+    # name taken from agnostic, after they are set, joins the job.
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"import {ENGINE}\n"
+        "started = 'agnostic' in sys.modules\n"
+        "hook = sys.modules.get('agnostic._startup')\n"
+        "print(json.dumps({'imported_at_start': started,\n"
+        "                  'joined': bool(hook and hook.TF_WORKERS)}), flush=True)\n"
+        f"os.environ.update({late_job_variables()!r})\n"
+        "from agnostic import resolve\n"
+        + ("import jax\njax.devices()\n" if ENGINE == "jax" else "")
+        + "print(json.dumps({'after': 'no job joined'}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT, AGNOSTIC_CPU_DEVICES="2",
+               AGNOSTIC_JOIN_SECONDS="4")
+    began = time.monotonic()
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                            text=True, timeout=120, cwd=ROOT)
+    lines = result.stdout.strip().splitlines()
+    assert json.loads(lines[0]) == {"imported_at_start": True, "joined": False}, (
+        "agnostic's .pth file did not import agnostic at start: install agnostic "
+        f"with pip in this environment\n{result.stdout}\n{result.stderr}")
+    assert result.returncode != 0, result.stdout  # it waited for task 0
+    assert "no job joined" not in result.stdout
+    assert time.monotonic() - began < 90
+    if ENGINE == "tensorflow":
+        assert "TensorFlow worker 1 of 2 did not reach every worker" in result.stderr
+        assert "within 4 s" in result.stderr

@@ -9,7 +9,7 @@ import contextlib
 import itertools
 import logging
 
-from agnostic import batch_norm
+from agnostic import batch_norm, errors
 from agnostic.compat import tf_first_batch
 from agnostic.strategies import base, tf_workers
 
@@ -48,9 +48,10 @@ class TFMirroredStrategy(base.Strategy):
         # batch normalization in the replica model (the template keeps its
         # layers as they are).
         clone = batch_norm.synchronized_clone if self.sync_batch_norm else None
+        users = users_strategy(self.plan, self.cpu_relocation)
         if self.plan.num_processes > 1:  # cpu_relocation: compile warns
-            return tf_workers.compile(self.plan, template, compile_kwargs, clone)
-        strategy = self.distribution()
+            return tf_workers.compile(self.plan, template, compile_kwargs, clone, users)
+        strategy = users or self.distribution()
         if not self.cpu_relocation:
             # Per-replica statistics: the moving ones are still averaged.
             scope = strategy.scope() if self.sync_batch_norm else _central_scope(strategy)
@@ -70,6 +71,36 @@ class TFMirroredStrategy(base.Strategy):
         _update_metrics_in_place(model)
         base.wrap_returned_model(model, template, self.plan.num_replicas)
         return model
+
+
+def users_strategy(plan, cpu_relocation=False):
+    """The tf.distribute strategy in whose scope the program compiles, when
+    it is the kind the plan makes, over as many replicas (Ray's and
+    TensorFlow's guides make a MultiWorkerMirroredStrategy in the training
+    function): agnostic trains under it rather than beside it. None outside
+    any scope; another kind is an error, before anything is built."""
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy():
+        return None
+    current = tf.distribute.get_strategy()
+    if plan.num_processes > 1:
+        wanted = tf.distribute.MultiWorkerMirroredStrategy
+    else:
+        wanted = tf.distribute.MirroredStrategy
+    if isinstance(current, wanted) and not (cpu_relocation and plan.num_processes == 1) \
+            and current.num_replicas_in_sync == plan.num_replicas:
+        return current
+    relocated = " with cpu_relocation=True (a CentralStorageStrategy)" \
+        if cpu_relocation and plan.num_processes == 1 else ""
+    raise errors.NotSupportedError(
+        "backend_agnostic_compile was called inside the scope of a "
+        f"{type(current).__name__} over {current.num_replicas_in_sync} replica(s), and "
+        f"this process's plan is {plan.strategy}{relocated} over {plan.num_replicas} "
+        f"replicas ({plan.reason}). Call it outside any strategy scope (agnostic "
+        f"makes the strategy), or in the scope of a {wanted.__name__} over the "
+        "plan's devices (agnostic.resolve().devices)."
+    )
 
 
 @contextlib.contextmanager

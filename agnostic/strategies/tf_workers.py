@@ -25,8 +25,10 @@ def strategy(plan):
     )
 
 
-def compile(plan, template, compile_kwargs, clone_function=None):
-    workers = strategy(plan)
+def compile(plan, template, compile_kwargs, clone_function=None, users=None):
+    """`users`: the program's own MultiWorkerMirroredStrategy, in whose scope
+    it compiles; the one agnostic made otherwise."""
+    workers = users or strategy(plan)
     _chief_weights(workers, template)
     model = base.build_replica_model(template, workers.scope(), compile_kwargs,
                                      clone_function)

@@ -60,6 +60,39 @@ def test_options_train_like_one_device(options, replicas):
                                reference.test_on_batch(x[:16], y[:16]), rtol=1e-4)
 
 
+def test_a_program_that_compiles_in_its_own_mirrored_strategy_trains_in_it():
+    # Written as TensorFlow's distributed-training guide writes it: the
+    # strategy's scope around building and compiling; only compile changed.
+    x, y = models.data()
+    reference = models.build(keras)
+    reference.compile(optimizer=keras.optimizers.SGD(0.1), **models.COMPILE)
+    reference.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    users = tf.distribute.MirroredStrategy(devices=list(agnostic.resolve(gpus=2).devices))
+    with users.scope():
+        template = models.build(keras)
+        model = agnostic.backend_agnostic_compile(
+            template, optimizer=keras.optimizers.SGD(0.1), gpus=2, **models.COMPILE)
+    assert model.distribute_strategy is users  # not a second strategy beside it
+    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert models.relative_difference(reference.get_weights(), template.get_weights()) < 1e-5
+
+
+@pytest.mark.parametrize("options", [{}, {"cpu_relocation": True}])
+def test_a_strategy_scope_unlike_the_plan_is_refused_before_building(options):
+    one = tf.distribute.MirroredStrategy(devices=[agnostic.resolve(gpus=2).devices[0]])
+    with one.scope():
+        template = models.build(keras)
+        with pytest.raises(agnostic.NotSupportedError) as caught:
+            agnostic.backend_agnostic_compile(template, optimizer="sgd", gpus=2,
+                                              **models.COMPILE, **options)
+    message = str(caught.value)
+    assert "inside the scope of a MirroredStrategy over 1 replica(s)" in message
+    assert "tf-mirrored" in message and "over 2 replicas" in message
+    assert "Call it outside any strategy scope" in message
+    assert ("cpu_relocation=True" in message) == bool(options)
+    assert not template.compiled  # nothing was compiled
+
+
 def test_engine_all_reduce_serves_models_of_different_sizes_in_one_process():
     # The engine's all-reduce numbers device groups per strategy; a second
     # strategy of another size must not reuse the first one's groups.

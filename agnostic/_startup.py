@@ -93,13 +93,19 @@ def worker_addresses(environment):
 
     if tf_config.detect(os.environ) is not None:
         return tf_config.worker_addresses(os.environ)
-    if environment.hosts is None or environment.port is None:
+    hosts = environment.hosts
+    if hosts is None and environment.name == "torchrun" and environment.port is not None:
+        from agnostic.cluster import torchrun
+
+        hosts = torchrun.exchange_hosts(environment, join_seconds())
+    if hosts is None or environment.port is None:
         raise errors.LaunchError(
             f"TensorFlow's workers need every process's address, and {environment.name} "
             "does not say where each process runs. Set TF_CONFIG in each process, or "
-            "start the processes with `agnostic launch` or srun."
+            "start the processes with `agnostic launch`, torchrun or srun."
         )
-    return [f"{host}:{environment.port + rank}" for rank, host in enumerate(environment.hosts)]
+    port = environment.engine_port
+    return [f"{host}:{port + rank}" for rank, host in enumerate(hosts)]
 
 
 def _watchdog(seconds, message):
@@ -143,7 +149,7 @@ def _join_jax(jax, environment):
     if environment.local_world_size > 1:
         local_devices = [environment.local_rank]  # several processes per node
     jax.distributed.initialize(
-        coordinator_address=f"{environment.coordinator}:{environment.port}",
+        coordinator_address=f"{environment.coordinator}:{environment.engine_port}",
         num_processes=environment.world_size, process_id=environment.rank,
         local_device_ids=local_devices, initialization_timeout=join_seconds(),
     )

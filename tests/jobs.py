@@ -19,7 +19,8 @@ PROCESSES = os.path.join("tests", "scripts", "processes.py")
 def start(command, **variables):
     """One process of a job: `command` with the test's environment plus
     `variables` (None removes one)."""
-    env = dict(os.environ, PYTHONPATH=ROOT, **variables)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.update(variables)
     env = {name: value for name, value in env.items() if value is not None}
     return subprocess.Popen([str(part) for part in command], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

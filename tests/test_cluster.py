@@ -17,9 +17,22 @@ def test_torchrun():
     found = cluster.detect({
         "TORCHELASTIC_RUN_ID": "none", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
         "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400",
+        "LOCAL_WORLD_SIZE": "2",
     })
+    # Two nodes: the other node's host is not said (TensorFlow asks the store).
     assert found == cluster.Environment("torchrun", 4, 3, local_rank=1, node_rank=1,
-                                        coordinator="10.0.0.1", port=29400)
+                                        coordinator="10.0.0.1", port=29400,
+                                        local_world_size=2, port_taken=True)
+    # The agent's store holds MASTER_PORT: JAX's and TensorFlow's start after it.
+    assert (found.address, found.engine_port) == ("tcp://10.0.0.1:29400", 29401)
+
+
+def test_torchrun_on_one_node_knows_every_host():
+    found = cluster.detect({
+        "TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "29400",
+    })
+    assert found.hosts == ("localhost", "localhost")
 
 
 def test_torchrun_under_srun_is_torchrun():

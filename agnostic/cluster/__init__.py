@@ -52,6 +52,9 @@ class Environment:
     local_world_size: int = 1  # processes on this node
     # Every process's host, in rank order, where the scheduler says it.
     hosts: Optional[Tuple[str, ...]] = None
+    # The launcher's own store listens on `port` (torchrun's agent): torch
+    # joins it there, the other engines' coordinators take the ports after it.
+    port_taken: bool = False
 
     @property
     def is_chief(self):
@@ -67,6 +70,11 @@ class Environment:
     def address(self):
         """The coordinator as a URL: torch's init_method."""
         return f"tcp://{self.coordinator}:{self.port}"
+
+    @property
+    def engine_port(self):
+        """The first port JAX's coordinator or TensorFlow's workers use."""
+        return self.port + 1 if self.port_taken else self.port
 
 
 def detect(environ=None):

@@ -23,6 +23,7 @@ from agnostic.errors import (
     SingleDeviceWarning,
     UnaveragedGradientsWarning,
     UnsupportedInputError,
+    UntestedVersionWarning,
 )
 from agnostic.plan import Plan, resolve
 
@@ -42,6 +43,7 @@ __all__ = [
     "SingleDeviceWarning",
     "UnaveragedGradientsWarning",
     "UnsupportedInputError",
+    "UntestedVersionWarning",
     "backend_agnostic_compile",
     "load_model",
     "resolve",

@@ -4,6 +4,9 @@ import logging
 import sys
 
 ENGINES = ("keras", "tensorflow", "jax", "jaxlib", "torch", "mxnet")
+# The distributions each engine may come from, in the order asked.
+DISTRIBUTIONS = {"keras": ("keras", "keras-nightly", "keras-mxnet"),
+                 "tensorflow": ("tensorflow", "tensorflow-cpu")}
 
 
 def _version(name):
@@ -23,11 +26,15 @@ def info(out=sys.stdout):
 
     print(f"python: {sys.version.split()[0]}", file=out)
     for name in ENGINES:
-        distribution = {"tensorflow": "tensorflow-cpu"}.get(name, name)
-        version = _version(name) or _version(distribution) or (
-            _version("tensorflow") if name == "tensorflow" else None
-        )
-        print(f"{name}: {version or 'not installed'}", file=out)
+        version = next(filter(None, map(_version, DISTRIBUTIONS.get(name, (name,)))), None)
+        if name == "keras":
+            from agnostic import devices
+            from agnostic.compat import versions
+
+            described = versions.describe(version, devices.configured_backend())
+            print(f"keras: {described}", file=out)
+        else:
+            print(f"{name}: {version or 'not installed'}", file=out)
     try:
         chosen = plan.resolve()
     except errors.AgnosticError as error:

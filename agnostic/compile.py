@@ -1,7 +1,9 @@
 """backend_agnostic_compile(): resolve a plan, pick its strategy, hand over."""
+import sys
 import warnings
 
 from agnostic import plan as plan_lib, strategies
+from agnostic.compat import versions
 from agnostic.strategies import base
 
 # Where cpu_relocation=True cannot apply, and why.
@@ -60,6 +62,7 @@ def backend_agnostic_compile(
     """
     _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm)
     plan = plan_lib.resolve(gpus)
+    versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     plan_lib.announce(plan)
     why = _not_relocated(plan) if cpu_relocation else None
     if why:

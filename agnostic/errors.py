@@ -48,3 +48,7 @@ class CheckpointError(AgnosticError, OSError):
 
 class NotSupportedError(AgnosticError, NotImplementedError):
     """The engine cannot do what was asked; nothing was started."""
+
+
+class UntestedVersionWarning(UserWarning):
+    """The installed Keras is outside the versions agnostic is tested on."""

@@ -28,12 +28,15 @@ def test_info_reports_versions_and_the_plan():
     assert "python: " in result.stdout
     assert "keras: " in result.stdout
     try:
-        import keras  # noqa: F401
+        import keras
     except ImportError:
         assert result.returncode == 1
+        assert "keras: not installed" in result.stdout
         assert "plan: unavailable: agnostic needs Keras" in result.stdout
         return
     assert result.returncode == 0, result.stderr
+    # Every Keras the tox matrix installs is in the tested range.
+    assert f"keras: {keras.__version__} (tested)" in result.stdout
     backend = os.environ.get("KERAS_BACKEND")
     assert f"backend: {backend}" in result.stdout
     assert "plan: strategy=" in result.stdout

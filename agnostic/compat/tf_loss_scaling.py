@@ -21,10 +21,12 @@ STEPS = ("train_step", "test_step")
 
 def own_steps(model):
     """The step methods that `model`'s class defines instead of Keras's."""
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+    import keras
 
+    # keras.Model's steps are the engine trainer's (its class is named
+    # TensorFlowTrainer up to Keras 3.15, Trainer in 3.16).
     return [name for name in STEPS
-            if getattr(type(model), name) is not getattr(TensorFlowTrainer, name)]
+            if getattr(type(model), name) is not getattr(keras.Model, name)]
 
 
 def keep_losses_unscaled(model, num_replicas):

@@ -135,12 +135,15 @@ def _central_scope(strategy):
 def _update_metrics_in_place(model):
     """Metric totals add each device's part once.
 
-    Keras 3.15 adds to a variable by assigning `value + delta`; on a variable
-    stored once and summed over the devices, every step would then add the
-    old total once per device (measured: counts 240 instead of 64 over one
-    epoch on 2 devices). Metric variables exist once the step functions are
-    made (Keras builds the metrics from a first batch), so before that, each
-    one is given the engine's own in-place add.
+    Keras 3.13-3.16 add to a variable by assigning `value + delta`
+    (`assign_add`, and metrics such as Precision, AUC, TruePositives call
+    `assign(variable + delta)` themselves); on a variable stored once and
+    summed over the devices, every step would then add the old total once
+    per device (measured: counts 240 instead of 64 over one epoch on 2
+    devices). Metric variables exist once the step functions are made (Keras
+    builds the metrics from a first batch), so before that, each one is
+    given the engine's own in-place add, and in a step an `assign` adds its
+    difference from the stored value.
     """
     def before(original):
         def run(*args, **kwargs):
@@ -148,6 +151,7 @@ def _update_metrics_in_place(model):
                 if "assign_add" not in vars(variable):
                     variable.assign_add = _in_place(variable, "assign_add")
                     variable.assign_sub = _in_place(variable, "assign_sub")
+                    variable.assign = _assigned_as_added(variable)
             return original(*args, **kwargs)
 
         return run
@@ -163,5 +167,22 @@ def _in_place(variable, name):
 
     def update(delta):
         return getattr(stored, name)(tf.cast(delta, stored.dtype))
+
+    return update
+
+
+def _assigned_as_added(variable):
+    """`assign(new)` in a replica's step: adds `new - stored`, which the
+    engine sums over the replicas once; elsewhere (a reset) an assignment."""
+    import tensorflow as tf
+
+    stored = variable.value
+    assign = variable.assign
+
+    def update(value):
+        if tf.distribute.in_cross_replica_context():
+            return assign(value)
+        value = tf.cast(value, stored.dtype)
+        return stored.assign_add(value - tf.identity(stored))
 
     return update

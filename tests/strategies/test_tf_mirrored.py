@@ -140,6 +140,38 @@ def test_cpu_relocation_trains_layers_that_update_state_in_their_call(tmp_path):
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("options", [{"cpu_relocation": True}, {}])
+def test_metrics_that_assign_their_totals_count_like_one_device(options):
+    # TruePositives, Precision, AUC... add by `assign(total + count)`, not
+    # by assign_add: with the variables stored once (cpu_relocation) every
+    # device's assignment would add the old total again.
+    x, classes = models.data()
+    y = (classes == 0).astype("float32")
+
+    def compiled(compile_function):
+        keras.utils.set_random_seed(4)
+        inputs = keras.layers.Input((x.shape[1],))
+        model = keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(inputs))
+        metrics = [keras.metrics.TruePositives(name="tp"), keras.metrics.Precision(name="p"),
+                   keras.metrics.AUC(name="auc"), keras.metrics.FalseNegatives(name="fn")]
+        return compile_function(model, optimizer=keras.optimizers.SGD(0.1),
+                                loss="binary_crossentropy", metrics=metrics)
+
+    def plain(model, **kwargs):
+        model.compile(**kwargs)
+        return model
+
+    reference = compiled(plain)
+    model = compiled(lambda m, **kw: agnostic.backend_agnostic_compile(m, gpus=2, **options,
+                                                                       **kw))
+    run = dict(batch_size=16, epochs=2, shuffle=False, verbose=0)
+    expected, history = reference.fit(x, y, **run).history, model.fit(x, y, **run).history
+    for name in ("tp", "p", "auc", "fn"):
+        np.testing.assert_allclose(history[name], expected[name], rtol=1e-4, err_msg=name)
+    np.testing.assert_allclose(model.evaluate(x, y, batch_size=16, verbose=0),
+                               reference.evaluate(x, y, batch_size=16, verbose=0), rtol=1e-4)
+
+
 def test_optimizer_object_is_rebuilt_inside_the_strategy():
     optimizer = keras.optimizers.SGD(0.1)
     template = models.build(keras)

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 
 from agnostic import checkpoints, collectives, errors
+from agnostic.compat import keras_fit
 
 POINTER = "agnostic_backup.json"
 
@@ -71,8 +72,7 @@ def _callback_class():
                 optimizer.build(self.model.trainable_variables)
             self.model.load_weights(weights)  # checked: names a broken file
             self._epoch = state["epoch"]
-            # Keras's own BackupAndRestore resumes fit this way too.
-            self.model._initial_epoch = state["epoch"]
+            keras_fit.resume_at(self.model, state["epoch"])
 
         def on_epoch_begin(self, epoch, logs=None):
             self._epoch = epoch

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from agnostic import batching, errors
+from agnostic.compat import keras_fit, shuffle_order
 
 # File-writing callbacks that only the chief runs.
 QUIET_CALLBACKS = ("CSVLogger", "TensorBoard", "ProgbarLogger")
@@ -97,20 +98,6 @@ def shard_batches(batches, rank, world_size):
         yield take(batch, np.arange(rank * local, (rank + 1) * local))
 
 
-def draw_permutation(num_samples):
-    """The order in which Keras's fit(shuffle=True) would take the samples
-    on one device, drawn from the same generator: torch's data loader draws
-    from torch's, the NumPy iterator (JAX) from NumPy's."""
-    import keras
-
-    if keras.backend.backend() == "torch":
-        import torch
-
-        sampler = torch.utils.data.RandomSampler(range(num_samples))
-        return np.fromiter(iter(sampler), dtype=np.int64, count=num_samples)
-    return np.random.permutation(num_samples)
-
-
 def shuffled_shards(arrays, batch_size, rank, world_size):
     """fit(shuffle=True) on arrays: each epoch one order over every sample,
     drawn as one device draws it, and this process's part of each global
@@ -123,19 +110,21 @@ def shuffled_shards(arrays, batch_size, rank, world_size):
         def __init__(self):
             super().__init__()
             self.order = None
+            self.epoch = 0  # within this fit call
 
         def __len__(self):
             return math.ceil(samples / batch_size)
 
         def __getitem__(self, index):
             if self.order is None:  # as the epoch starts, as Keras draws it
-                self.order = draw_permutation(samples)
+                self.order = shuffle_order.permutation(samples, self.epoch)
             batch = self.order[index * batch_size:(index + 1) * batch_size]
             local = len(batch) // world_size
             return take(arrays, batch[rank * local:(rank + 1) * local])
 
         def on_epoch_end(self):
             self.order = None
+            self.epoch += 1
 
     return ShuffledShards()
 
@@ -205,7 +194,7 @@ def split_calls(model, rank, world):
     def evaluate(original):
         def run(*args, **kwargs):
             given = batching.named_arguments(original, args, kwargs)
-            if given is None or given.get("_use_cached_eval_dataset"):
+            if given is None or keras_fit.is_fits_validation(given):
                 return original(*args, **kwargs)  # fit's own data: already sharded
             batching.check_call("evaluate", original, world, (), given)
             x, y = given.pop("x", None), given.pop("y", None)

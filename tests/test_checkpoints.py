@@ -17,6 +17,8 @@ import agnostic  # noqa: E402
 
 SCRIPT = os.path.join("tests", "scripts", "checkpoints.py")
 KERAS3 = models.is_keras3(keras)
+# The reduced suite each other tested Keras version runs (tox.ini).
+VERSIONS = pytest.mark.keras_versions
 
 LOAD_PLAINLY = """
 import json, numpy, keras
@@ -104,7 +106,8 @@ def final_weights(folder):
 
 if KERAS3:  # Keras 2.2 (keras-mxnet) has no BackupAndRestore
 
-    @pytest.mark.parametrize("kill", [{"KILL": "2:3"}, {"KILL_IN_WRITE": "3"}],
+    @pytest.mark.parametrize("kill", [pytest.param({"KILL": "2:3"}, marks=VERSIONS),
+                                      {"KILL_IN_WRITE": "3"}],
                              ids=["mid-epoch", "mid-write"])
     def test_a_killed_run_resumes_from_its_last_backup(kill, tmp_path):
         whole, broken = tmp_path / "whole", tmp_path / "broken"

@@ -11,6 +11,8 @@ keras = engine_or_skip()
 
 ENGINE = keras.backend.backend()
 PROGRAMS = os.path.join("tests", "programs")
+# The reduced suite each other tested Keras version runs (tox.ini).
+VERSIONS = pytest.mark.keras_versions
 
 
 def run_both(name, folder, env=None, both=False):
@@ -52,7 +54,7 @@ def assert_same_training(plain, agnostic, weights=1e-5, logs=1e-3):
         np.testing.assert_allclose(actual, expected, rtol=logs, atol=logs)
 
 
-@pytest.mark.parametrize("replicas", ["2", "4"])
+@pytest.mark.parametrize("replicas", [pytest.param("2", marks=VERSIONS), "4"])
 def test_batch_normalization_uses_the_global_batch(replicas, tmp_path):
     plain, agnostic = run_both("batchnorm_cnn", tmp_path,
                                env={"AGNOSTIC_TEST_REPLICAS": replicas})
@@ -72,12 +74,14 @@ def test_per_replica_batch_statistics_keep_the_moving_ones_in_step(tmp_path):
     np.testing.assert_allclose(agnostic["by_template"], agnostic["predictions"], atol=1e-5)
 
 
+@VERSIONS
 def test_count_metrics_count_every_process_samples(tmp_path):
     plain, agnostic = run_both("count_metrics", tmp_path)
     assert plain["history"]["tp"][0] > 10  # counts, not ratios
     assert_same_training(plain, agnostic)
 
 
+@VERSIONS
 def test_the_guides_custom_train_step_reports_one_device_numbers(tmp_path):
     plain, agnostic = run_both("custom_train_step", tmp_path)
     assert plain["history"]["seen"] == [256.0, 256.0]  # a Sum: every sample of an epoch
@@ -92,6 +96,7 @@ def test_a_custom_step_with_an_optimizer_of_its_own(tmp_path):
     assert_same_training(plain, agnostic)
 
 
+@VERSIONS
 def test_every_process_loads_the_file_just_saved(tmp_path):
     plain, agnostic = run_both("save_then_load", tmp_path)
     assert_same_training(plain, agnostic)
@@ -104,11 +109,25 @@ def test_every_process_loads_the_file_just_saved(tmp_path):
     np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
 
 
+@VERSIONS
+def test_several_steps_per_execution_train_like_one_device(tmp_path):
+    script = os.path.join(PROGRAMS, "steps_per_execution.py")
+    plain = run_script(script, "plain", tmp_path, check=False)
+    refused = "`steps_per_execution` must be 1 with the PyTorch backend"
+    if refused in plain[2]:  # Keras on torch before 3.16: the same refusal
+        agnostic = run_script(script, "agnostic", tmp_path, check=False)
+        assert refused in agnostic[2]
+        return
+    plain, agnostic = run_both("steps_per_execution", tmp_path)
+    assert_same_training(plain, agnostic)
+
+
 def test_a_generator_loses_no_batch(tmp_path):
     plain, agnostic = run_both("generator", tmp_path)
     assert_same_training(plain, agnostic)
 
 
+@VERSIONS
 def test_arrays_shuffled_with_a_seed_give_one_device_batches(tmp_path):
     plain, agnostic = run_both("shuffled_arrays", tmp_path)
     assert_same_training(plain, agnostic)

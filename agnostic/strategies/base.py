@@ -4,6 +4,7 @@ import functools
 import random
 
 from agnostic import backup, batching, checkpoints, collectives, errors
+from agnostic.compat import keras_fit
 
 
 class Strategy:
@@ -131,8 +132,7 @@ def start_again(model):
     first compile, which would otherwise apply twice."""
     template = template_of(model)
     if template is not None:
-        layers = model._flatten_layers(include_self=False)
-        for copy, layer in zip(layers, template._flatten_layers(include_self=False)):
+        for copy, layer in zip(keras_fit.every_layer(model), keras_fit.every_layer(template)):
             layer.trainable = copy.trainable
         template.set_weights(model.get_weights())
         model = template

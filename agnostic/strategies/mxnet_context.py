@@ -3,6 +3,7 @@
 Keras 2.2 on MXNet (keras-mxnet 2.2.4.3, mxnet 1.9.1, Python 3.8) trains one
 model on several contexts itself, so the template is compiled in place.
 """
+from agnostic.compat import mxnet_kvstore
 from agnostic.strategies import base
 
 
@@ -16,7 +17,7 @@ class MxnetContextStrategy(base.Strategy):
         template.compile(context=list(self.plan.devices), **compile_kwargs)
         # keras-mxnet reads the store only from Model(..., kvstore=...) and
         # uses it when it binds, at the first batch; set it for this model.
-        template._kvstore = kvstore
+        mxnet_kvstore.use_kvstore(template, kvstore)
         # Each context's loss is the mean over its slice of the batch, and the
         # store sums the contexts' gradients: N times the one-device gradient.
         # Rescaling by 1/N gives exactly the one-device step.

@@ -10,7 +10,7 @@ import itertools
 import logging
 
 from agnostic import batch_norm, errors
-from agnostic.compat import tf_first_batch
+from agnostic.compat import tf_collective_keys, tf_first_batch, tf_on_batch
 from agnostic.strategies import base, tf_workers
 
 LOGGER = logging.getLogger("agnostic")
@@ -38,10 +38,8 @@ class TFMirroredStrategy(base.Strategy):
         # fail mid-step ("joining a group with size 4, but that group has
         # size 2"). Each strategy gets its own range of numbers (the
         # engine's tests do the same through this attribute).
-        strategy = tf.distribute.MirroredStrategy.__new__(tf.distribute.MirroredStrategy)
-        strategy._collective_key_base = 10000 * next(_STRATEGIES_MADE)
-        strategy.__init__(devices=list(self.plan.devices), cross_device_ops=reduce)
-        return strategy
+        return tf_collective_keys.mirrored_strategy(self.plan.devices, reduce,
+                                                    10000 * next(_STRATEGIES_MADE))
 
     def compile(self, template, compile_kwargs):
         # Batch statistics over the global batch: Keras's own synchronised
@@ -57,6 +55,7 @@ class TFMirroredStrategy(base.Strategy):
             scope = strategy.scope() if self.sync_batch_norm else _central_scope(strategy)
             model = base.build_replica_model(template, scope, compile_kwargs, clone)
             tf_first_batch.build_without_reading(model, strategy)
+            tf_on_batch.split_batches(model, strategy)
             base.wrap_returned_model(model, template, self.plan.num_replicas)
             return model
         LOGGER.info(
@@ -68,6 +67,7 @@ class TFMirroredStrategy(base.Strategy):
         model = base.build_replica_model(template, _central_scope(strategy), compile_kwargs,
                                          clone)
         tf_first_batch.build_without_reading(model, strategy)
+        tf_on_batch.split_batches(model, strategy)
         _update_metrics_in_place(model)
         base.wrap_returned_model(model, template, self.plan.num_replicas)
         return model

@@ -3,7 +3,7 @@
 Keras 3.15's fit needs help under it.
 """
 from agnostic import _startup, collectives, errors, sharding
-from agnostic.compat import tf_first_batch
+from agnostic.compat import tf_first_batch, tf_on_batch
 from agnostic.strategies import base
 
 
@@ -33,6 +33,7 @@ def compile(plan, template, compile_kwargs, clone_function=None, users=None):
     model = base.build_replica_model(template, workers.scope(), compile_kwargs,
                                      clone_function)
     tf_first_batch.build_without_reading(model, workers)
+    tf_on_batch.split_batches(model, workers)
     _one_value_per_replica(model)
     is_chief = plan.process_id == 0
     base.wrap_returned_model(model, template, plan.num_replicas, is_chief=is_chief,

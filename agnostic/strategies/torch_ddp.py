@@ -8,12 +8,11 @@ metrics aggregated over all processes. Only the chief prints or writes files.
 """
 import atexit
 import datetime
-import inspect
 import logging
 import sys
 
 from agnostic import batch_norm, cluster, collectives, errors, sharding
-from agnostic.compat import torch_batch_norm
+from agnostic.compat import torch_batch_norm, torch_keras_ddp
 from agnostic.launch import local
 from agnostic.strategies import base, torch_reduce
 
@@ -46,12 +45,13 @@ class TorchDDPStrategy(base.Strategy):
         torch_reduce.broadcast([v.value for v in template.variables])
         if not torch_batch_norm.synchronize(template, self.sync_batch_norm):
             _average_moving_statistics(template, group.world_size)
-        if keras_averages_gradients():
-            logger.info("agnostic: this Keras trains under DistributedDataParallel itself; "
-                        "its gradient averaging is used.")
+        if torch_keras_ddp.keras_averages_gradients(template):
+            logger.info("agnostic: Keras %s trains under DistributedDataParallel itself; "
+                        "its gradient averaging is used.", keras_version())
         else:
             _average_gradients(template, group.world_size)
-        _aggregate_metrics(template)
+        if not torch_keras_ddp.keras_is_data_parallel(template):
+            _aggregate_metrics(template)
         sharding.split_calls(template, group.rank, group.world_size)
         base.guard_files(template, is_chief=group.is_chief, barrier=dist.barrier,
                          share=collectives.torch_share)
@@ -91,15 +91,10 @@ def _device_indexes(plan):
     return indexes
 
 
-def keras_averages_gradients():
-    """Whether the installed Keras wraps the model in DistributedDataParallel
-    on its own (Keras after 3.15 does once torch.distributed is initialised)."""
-    from keras.src.backend.torch import trainer
+def keras_version():
+    import keras
 
-    try:
-        return "DistributedDataParallel" in inspect.getsource(trainer)
-    except (OSError, TypeError):
-        return False
+    return keras.__version__
 
 
 def _average_gradients(model, world_size):

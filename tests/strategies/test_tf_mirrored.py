@@ -172,6 +172,45 @@ def test_metrics_that_assign_their_totals_count_like_one_device(options):
                                reference.evaluate(x, y, batch_size=16, verbose=0), rtol=1e-4)
 
 
+@pytest.mark.parametrize("options", [{}, {"cpu_relocation": True}])
+def test_on_batch_calls_split_their_batch_like_fit(options):
+    # Keras hands *_on_batch's batch whole to every replica: predictions came
+    # back once per replica and count metrics' state once per replica.
+    x, classes = models.data()
+    x, y = x[:16], (classes[:16] == 0).astype("float32")
+
+    def compiled(compile_function):
+        keras.utils.set_random_seed(6)
+        inputs = keras.layers.Input((x.shape[1],))
+        model = keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(inputs))
+        return compile_function(model, optimizer=keras.optimizers.SGD(0.1),
+                                loss="binary_crossentropy",
+                                metrics=[keras.metrics.TruePositives(name="tp"), "accuracy"])
+
+    def plain(model, **kwargs):
+        model.compile(**kwargs)
+        return model
+
+    reference = compiled(plain)
+    model = compiled(lambda m, **kw: agnostic.backend_agnostic_compile(m, gpus=4, **options,
+                                                                       **kw))
+    for run in (lambda m: m.train_on_batch(x, y, return_dict=True),
+                lambda m: m.test_on_batch(x, y, return_dict=True),
+                lambda m: m.train_on_batch(x, y, sample_weight=np.ones(16), return_dict=True)):
+        expected, logs = run(reference), run(model)
+        assert expected.keys() == logs.keys()
+        for name in expected:
+            np.testing.assert_allclose(logs[name], expected[name], rtol=1e-5, err_msg=name)
+        # The state behind the logs (summed over the replicas when read):
+        # every sample counted once.
+        np.testing.assert_allclose(float(model.get_metrics_result()["tp"]),
+                                   float(reference.get_metrics_result()["tp"]))
+    predictions = model.predict_on_batch(x)
+    assert np.asarray(predictions).shape == (16, 1)
+    np.testing.assert_allclose(predictions, reference.predict_on_batch(x), atol=1e-6)
+    assert models.relative_difference(reference.get_weights(), model.get_weights()) < 1e-6
+
+
 def test_optimizer_object_is_rebuilt_inside_the_strategy():
     optimizer = keras.optimizers.SGD(0.1)
     template = models.build(keras)

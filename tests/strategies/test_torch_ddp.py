@@ -9,12 +9,14 @@ import time
 import numpy as np
 import pytest
 
+from tests import models
 from tests.conftest import ROOT, alive, engine_or_skip, run_script
 
 keras = engine_or_skip()
 torch = pytest.importorskip("torch")
 
-from agnostic.strategies import torch_ddp, torch_reduce  # noqa: E402
+from agnostic.compat import torch_keras_ddp, versions  # noqa: E402
+from agnostic.strategies import torch_reduce  # noqa: E402
 
 SCRIPT = os.path.join("tests", "scripts", "processes.py")
 SCENARIO = os.path.join("tests", "scripts", "scenario.py")
@@ -187,7 +189,20 @@ def test_a_step_that_updates_weights_past_the_optimizer_is_named(tmp_path):
     assert "UnaveragedGradientsWarning" not in quiet
 
 
-def test_keras_3_15_needs_our_gradient_averaging():
-    # Keras 3.15 has no DistributedDataParallel of its own: the probe says so,
-    # and the equivalence tests show that our averaging is what trains.
-    assert torch_ddp.keras_averages_gradients() is False
+class OwnStep(keras.Model):
+    def train_step(self, data):  # the guide's custom step (never run here)
+        return super().train_step(data)
+
+
+def test_who_averages_follows_the_keras_version():
+    # Keras 3.13-3.15 train each process alone: agnostic averages and sums.
+    # Keras 3.16 wraps the model in DistributedDataParallel itself, which
+    # averages only its own train_step's gradients.
+    keras_does = versions.parts(keras.__version__) >= (3, 16)
+    template = models.build(keras)
+    assert torch_keras_ddp.keras_is_data_parallel(template) is keras_does
+    assert torch_keras_ddp.keras_averages_gradients(template) is keras_does
+    inputs = keras.Input((3,))
+    own = OwnStep(inputs, keras.layers.Dense(1)(inputs))
+    assert torch_keras_ddp.keras_is_data_parallel(own) is keras_does
+    assert torch_keras_ddp.keras_averages_gradients(own) is False

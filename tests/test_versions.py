@@ -13,7 +13,8 @@ from agnostic import errors
 from agnostic.compat import versions
 
 
-@pytest.mark.parametrize("version", ["3.15.0", "3.15.1"])
+@pytest.mark.parametrize("version", ["3.13.2", "3.14.1", "3.15.0", "3.15.1",
+                                     "3.16.0.dev2026102704"])
 def test_the_tested_keras_versions(version):
     assert versions.is_tested(version)
     assert versions.describe(version) == f"{version} (tested)"
@@ -25,8 +26,7 @@ def test_keras_mxnet_is_tested_on_mxnet_only():
     assert not versions.is_tested("3.15.0", "mxnet")
 
 
-@pytest.mark.parametrize("version", ["3.12.0", "3.14.1", "3.16.0.dev2026102704", "4.0.0",
-                                     "", None])
+@pytest.mark.parametrize("version", ["3.12.0", "3.17.0", "4.0.0", "", None])
 def test_other_versions_are_not_tested(version):
     assert not versions.is_tested(version)
 
@@ -42,9 +42,9 @@ def test_an_untested_keras_warns_once_per_process_with_the_range():
     warning = caught[0]
     assert issubclass(warning.category, errors.UntestedVersionWarning)
     message = str(warning.message)
-    assert "this is Keras 3.12.1" in message and "tested on Keras 3.15" in message
-    assert "pip install 'keras>=3.15,<3.16'" in message
-    assert "3.12.1 (not tested: agnostic is tested on Keras 3.15" in \
+    assert "this is Keras 3.12.1" in message and "tested on Keras 3.13 to 3.16" in message
+    assert "pip install 'keras>=3.13,<3.17'" in message
+    assert "3.12.1 (not tested: agnostic is tested on Keras 3.13 to 3.16" in \
         versions.describe("3.12.1")
 
 

@@ -12,10 +12,10 @@ import warnings
 from agnostic import errors
 
 # (major, minor) of the Keras 3 releases the tox matrix runs.
-TESTED_KERAS = ((3, 15),)
+TESTED_KERAS = ((3, 13), (3, 14), (3, 15), (3, 16))
 TESTED_KERAS_MXNET = ((2, 2),)
-RANGE_TEXT = "3.15, and keras-mxnet 2.2.4 on MXNet"
-PIP_RANGE = "keras>=3.15,<3.16"
+RANGE_TEXT = "3.13 to 3.16 (keras-nightly 3.16.0.dev), and keras-mxnet 2.2.4 on MXNet"
+PIP_RANGE = "keras>=3.13,<3.17"
 _WARNED = set()
 
 

@@ -109,7 +109,7 @@ def _central_scope(strategy):
 
     A variable stored once for all devices (or kept the same on every
     device) is updated from every device, so the engine wants to know how to
-    combine the updates; Keras 3.15 says
+    combine the updates; Keras 3.13-3.16 say
     "none" for the state a layer updates in its call (batch-normalization
     statistics, dropout seeds). Those are combined as the mean (floats) or
     taken from the first device (integer seeds), as MirroredStrategy does.

@@ -1,6 +1,6 @@
 """tf-mirrored across several workers: the engine's MultiWorkerMirroredStrategy
 (from TF_CONFIG, made as TensorFlow is imported), and the three places where
-Keras 3.15's fit needs help under it.
+Keras's fit (3.13-3.16) needs help under it.
 """
 from agnostic import _startup, collectives, errors, sharding
 from agnostic.compat import tf_first_batch, tf_on_batch

@@ -1,6 +1,6 @@
 """torch-ddp: one process per device, gradients averaged across processes.
 
-Keras 3.15 has no multi-device `fit` on torch, so this strategy supplies the
+Keras 3.13-3.15 have no multi-device `fit` on torch, so this strategy supplies the
 data-parallel parts around Keras's own training loop: the same initial weights
 everywhere (broadcast from rank 0), a shard of each global batch per process,
 gradients summed across processes in buckets while backward runs, and

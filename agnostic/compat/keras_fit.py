@@ -8,23 +8,15 @@
 - every layer of a model, nested ones included (`_flatten_layers`), to copy
   trainable flags from one model to its clone.
 """
+from agnostic.compat import versions
+
 FITS_OWN_VALIDATION = "_use_cached_eval_dataset"
-
-
-def _missing(internal):
-    import keras
-
-    return RuntimeError(
-        f"agnostic relies on Keras's {internal}, which Keras {keras.__version__} no "
-        "longer has. Install a Keras version agnostic is tested on "
-        "(`agnostic info` says which), or report this version to agnostic."
-    )
 
 
 def resume_at(model, epoch):
     """The next fit (the one running) starts at `epoch`."""
     if not hasattr(model, "_initial_epoch"):
-        raise _missing("Trainer._initial_epoch (where fit resumes)")
+        raise versions.moved("Trainer._initial_epoch (where fit resumes)")
     model._initial_epoch = epoch
 
 
@@ -36,5 +28,5 @@ def is_fits_validation(kwargs):
 def every_layer(model):
     """Every layer under `model`, nested ones included, in a fixed order."""
     if not hasattr(model, "_flatten_layers"):
-        raise _missing("Layer._flatten_layers")
+        raise versions.moved("Layer._flatten_layers")
     return list(model._flatten_layers(include_self=False))

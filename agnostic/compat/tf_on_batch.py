@@ -13,6 +13,8 @@ reports the first replica's logs, which were the whole batch's only because
 it computed the whole batch). What `fit`, `evaluate` and `predict` pass them
 (the strategy's own iterators and values) goes through unchanged.
 """
+from agnostic.compat import versions
+
 FUNCTIONS = {"make_train_function": "train_function",
              "make_test_function": "test_function",
              "make_predict_function": "predict_function"}
@@ -32,12 +34,7 @@ def _splitting_after(model, attribute, strategy):
             make(*args, **kwargs)
             function = getattr(model, attribute, None)
             if function is None:
-                import keras
-
-                raise RuntimeError(
-                    f"agnostic splits *_on_batch's batch through Model.{attribute}, "
-                    f"which Keras {keras.__version__} no longer sets. Report this "
-                    "Keras version to agnostic.")
+                raise versions.moved(f"Model.{attribute}")
             if not getattr(function, "splits_batches", False):
                 results = None if attribute == "predict_function" else model.get_metrics_result
                 setattr(model, attribute, _splitting(function, strategy, results))

@@ -39,6 +39,18 @@ def describe(version, backend=None):
     return f"{version} (not tested: agnostic is tested on Keras {RANGE_TEXT})"
 
 
+def moved(internal):
+    """The error for a Keras internal (named in `internal`) that this Keras
+    no longer has."""
+    import keras
+
+    return RuntimeError(
+        f"agnostic relies on Keras's {internal}, which Keras {keras.__version__} no "
+        "longer has. Install a Keras version agnostic is tested on "
+        "(`agnostic info` says which), or report this version to agnostic."
+    )
+
+
 def warn_if_untested(keras, backend):
     """Warns once per process when this Keras is outside the tested range."""
     version = getattr(keras, "__version__", None)

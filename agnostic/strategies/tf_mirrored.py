@@ -88,11 +88,11 @@ def users_strategy(plan, cpu_relocation=False):
         wanted = tf.distribute.MultiWorkerMirroredStrategy
     else:
         wanted = tf.distribute.MirroredStrategy
-    if isinstance(current, wanted) and not (cpu_relocation and plan.num_processes == 1) \
+    central = cpu_relocation and plan.num_processes == 1  # a CentralStorageStrategy
+    if isinstance(current, wanted) and not central \
             and current.num_replicas_in_sync == plan.num_replicas:
         return current
-    relocated = " with cpu_relocation=True (a CentralStorageStrategy)" \
-        if cpu_relocation and plan.num_processes == 1 else ""
+    relocated = " with cpu_relocation=True (a CentralStorageStrategy)" if central else ""
     raise errors.NotSupportedError(
         "backend_agnostic_compile was called inside the scope of a "
         f"{type(current).__name__} over {current.num_replicas_in_sync} replica(s), and "

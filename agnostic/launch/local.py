@@ -243,6 +243,7 @@ class Workers:
                 )
                 self.stop()
                 sys.stderr.flush()
+                shutil.rmtree(self.reports, ignore_errors=True)
                 os._exit(1)
             time.sleep(POLL_SECONDS)
         if any(p.poll() != 0 for p in self.processes.values()):

@@ -6,15 +6,6 @@ from agnostic import plan as plan_lib, strategies
 from agnostic.compat import versions
 from agnostic.strategies import base
 
-# Where cpu_relocation=True cannot apply, and why.
-NOT_RELOCATED = {
-    "single-device": "the one device already holds the only copy of the variables",
-    "jax-data-parallel": "keras.distribution keeps the variables on every device",
-    "torch-ddp": "each process keeps its own copy of the variables on its device",
-    "mxnet-context": "keras-mxnet keeps the parameters on every context",
-}
-
-
 def backend_agnostic_compile(
     model,
     loss=None,
@@ -61,15 +52,14 @@ def backend_agnostic_compile(
         >>> model.fit(x, y, batch_size=64, epochs=2)
     """
     _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm)
-    plan = plan_lib.resolve(gpus)
+    plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation)
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     plan_lib.announce(plan)
-    why = _not_relocated(plan) if cpu_relocation else None
-    if why:
+    if plan.relocation_unused:
         warnings.warn(
             f"cpu_relocation=True changes nothing with the {plan.strategy} "
-            f"strategy: {why}. It applies to TensorFlow on several devices "
-            "of one machine.",
+            f"strategy: {plan.relocation_unused}. It applies to TensorFlow on "
+            "several devices of one machine.",
             UserWarning, stacklevel=2,
         )
     strategy = strategies.get(plan.strategy)(
@@ -78,12 +68,6 @@ def backend_agnostic_compile(
     )
     compile_kwargs.update(loss=loss, optimizer=optimizer, metrics=metrics)
     return strategy.compile(base.start_again(model), compile_kwargs)
-
-
-def _not_relocated(plan):
-    if plan.strategy == "tf-mirrored" and plan.num_processes > 1:
-        return "each TensorFlow worker keeps its own copy of the variables"
-    return NOT_RELOCATED.get(plan.strategy)
 
 
 def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm):

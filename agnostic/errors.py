@@ -30,8 +30,9 @@ class CpuDevicesWarning(UserWarning):
 
 
 class UnaveragedGradientsWarning(UserWarning):
-    """A training step updated weights without the optimizer agnostic
-    averages gradients in: this step trains differently from one device."""
+    """A torch training step neither called the model itself nor gave its
+    gradients to the model's optimizer, where agnostic averages them: it
+    trains differently from one device."""
 
 
 class LaunchError(AgnosticError, RuntimeError):

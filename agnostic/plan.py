@@ -10,6 +10,7 @@ from agnostic import errors
 
 logger = logging.getLogger("agnostic")
 
+SINGLE_DEVICE_NAME = "single-device"
 # The strategy that spreads one engine over several devices. An engine that is
 # not here trains on one device with a SingleDeviceWarning.
 MULTI_DEVICE = {
@@ -20,6 +21,19 @@ MULTI_DEVICE = {
 }
 # Strategies that run one process per device.
 PROCESS_PER_DEVICE = {"torch-ddp"}
+# TensorFlow's other runtimes, named for what runs: several workers (each
+# process a worker of MultiWorkerMirroredStrategy), or the variables kept once
+# on the CPU (cpu_relocation=True: CentralStorageStrategy).
+TF_MULTI_WORKER = "tf-multi-worker"
+TF_CENTRAL_STORAGE = "tf-central-storage"
+# Why cpu_relocation=True changes nothing with a strategy.
+NOT_RELOCATED = {
+    SINGLE_DEVICE_NAME: "the one device already holds the only copy of the variables",
+    TF_MULTI_WORKER: "each TensorFlow worker keeps its own copy of the variables",
+    "jax-data-parallel": "keras.distribution keeps the variables on every device",
+    "torch-ddp": "each process keeps its own copy of the variables on its device",
+    "mxnet-context": "keras-mxnet keeps the parameters on every context",
+}
 # Said in the plan's reason, so that the log carries it.
 NOTES = {
     "mxnet": (
@@ -27,7 +41,7 @@ NOTES = {
         "the last releases); this path keeps existing keras-mxnet code working."
     ),
 }
-SINGLE_DEVICE = "single-device"
+SINGLE_DEVICE = SINGLE_DEVICE_NAME
 NO_ENVIRONMENT = "none"
 
 
@@ -51,8 +65,15 @@ class Plan:
     # The multi-process job this process is part of (agnostic.cluster), by
     # name: "slurm", "torchrun", "tf-config"...; "none" for a plain process.
     environment: str = NO_ENVIRONMENT
+    # single-device on a device that is not the engine's default (gpus=[2]
+    # on torch): the model is rebuilt in the engine's device scope.
+    device_scope: bool = False
     # The warning to give when this plan is used, if any (not part of equality).
     fallback_warning: Optional[str] = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+    # Why cpu_relocation=True, asked for, changes nothing here (else None).
+    relocation_unused: Optional[str] = dataclasses.field(
         default=None, compare=False, repr=False
     )
 
@@ -65,12 +86,14 @@ class Plan:
         )
 
 
-def resolve(gpus=None):
+def resolve(gpus=None, cpu_relocation=False):
     """Looks at the engine and its devices and decides how to train.
 
     Args:
         gpus: None for every visible accelerator, an int for that many, or a
             list of device ids (the legacy `multi_gpu_model` meaning).
+        cpu_relocation: as for backend_agnostic_compile (TensorFlow on one
+            machine: tf-central-storage).
 
     Returns:
         A frozen `Plan`.
@@ -83,7 +106,7 @@ def resolve(gpus=None):
     check_gpus_type(gpus)
     backend = devices_lib.current_backend()
     job = cluster.job(backend)
-    return decide(backend, devices_lib.list_devices(backend, job), gpus, job)
+    return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation)
 
 
 def check_gpus_type(gpus):
@@ -127,15 +150,30 @@ def check_gpus_type(gpus):
         )
 
 
-def decide(backend, listing, gpus=None, environment=None):
-    """The pure decision: engine name, devices found, `gpus` and the job of
-    several processes this one belongs to (an agnostic.cluster.Environment),
-    to a Plan."""
+def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False):
+    """The pure decision: engine name, devices found, `gpus`, the job of
+    several processes this one belongs to (an agnostic.cluster.Environment)
+    and cpu_relocation, to a Plan naming what will run."""
     check_gpus_type(gpus)
-    plan = _decide(backend, listing, gpus, environment)
+    plan = _runtime(_decide(backend, listing, gpus, environment), cpu_relocation)
     if environment is None:
         return plan
     return dataclasses.replace(plan, environment=environment.name)
+
+
+def _runtime(plan, cpu_relocation):
+    """TensorFlow's replication by what runs: several workers, or the
+    variables kept on the CPU; and why cpu_relocation does nothing, if so."""
+    strategy = plan.strategy
+    if strategy == MULTI_DEVICE["tensorflow"]:
+        if plan.num_processes > 1:
+            strategy = TF_MULTI_WORKER
+        elif cpu_relocation and plan.num_replicas > 1:
+            strategy = TF_CENTRAL_STORAGE
+    unused = None
+    if cpu_relocation and strategy != TF_CENTRAL_STORAGE:
+        unused = NOT_RELOCATED.get(strategy, NOT_RELOCATED[SINGLE_DEVICE_NAME])
+    return dataclasses.replace(plan, strategy=strategy, relocation_unused=unused)
 
 
 def _decide(backend, listing, gpus, environment):
@@ -173,7 +211,7 @@ def _decide(backend, listing, gpus, environment):
                 "starting Python to split the CPU into N devices."
             )
             return _single(backend, chosen[0], note, warn)
-        return _single(backend, chosen[0], f"gpus={gpus!r} asks for one device.")
+        return _one_chosen(backend, strategy, chosen[0], listing, gpus)
     kind = "simulated CPU devices" if listing.simulated else "devices"
     reason = f"{len(chosen)} {kind} of {len(found)} found, gpus={gpus!r}."
     processes = len(chosen) if strategy in PROCESS_PER_DEVICE else 1
@@ -181,6 +219,21 @@ def _decide(backend, listing, gpus, environment):
         reason += f" One process per device: this one and {processes - 1} started by agnostic."
     return Plan(backend, strategy, tuple(chosen), len(chosen), num_processes=processes,
                 reason=reason + NOTES.get(backend, ""))
+
+
+def _one_chosen(backend, strategy, device, listing, gpus):
+    """One device that `gpus` names: the engine's default device (or the one
+    CPU) takes the model as it is; another device, only the engine's
+    placement (torch's device scope) or its own strategy over that one
+    device (TensorFlow, JAX, MXNet) can hold it."""
+    reason = f"gpus={gpus!r} asks for one device."
+    if device == listing.devices[0] or not listing.accelerators \
+            and strategy in PROCESS_PER_DEVICE:
+        return _single(backend, device, reason)
+    if strategy in PROCESS_PER_DEVICE:
+        return dataclasses.replace(_single(backend, device, reason), device_scope=True)
+    reason += f" Not the engine's default device ({listing.devices[0]}): {strategy} places it."
+    return Plan(backend, strategy, (device,), 1, reason=reason + NOTES.get(backend, ""))
 
 
 def _spanning(backend, strategy, listing, gpus):

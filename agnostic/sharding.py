@@ -10,11 +10,7 @@ import math
 import numpy as np
 
 from agnostic import batching, errors
-from agnostic.compat import keras_fit, shuffle_order
-
-# File-writing callbacks that only the chief runs.
-QUIET_CALLBACKS = ("CSVLogger", "TensorBoard", "ProgbarLogger")
-
+from agnostic.compat import shuffle_order
 
 def shard_indices(num_samples, batch_size, rank, world_size):
     """The sample indices of process `rank`, batch by batch."""
@@ -34,6 +30,20 @@ def take(data, indices):
     if isinstance(data, (list, tuple)):
         return type(data)(take(value, indices) for value in data)
     return np.asarray(data)[indices]
+
+
+def part_of(batch, rank, world_size):
+    """Process `rank`'s part of one batch (arrays, or a tuple of them)."""
+    size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
+    local = size // world_size
+    return take(batch, np.arange(rank * local, (rank + 1) * local))
+
+
+def take_part(given, names, rank, world_size):
+    """Process `rank`'s part of one batch, for each of `names` in `given`."""
+    for name in names:
+        if given.get(name) is not None:
+            given[name] = part_of(given[name], rank, world_size)
 
 
 def shard(what, x, others, batch_size, rank, world_size):
@@ -57,27 +67,35 @@ def shard(what, x, others, batch_size, rank, world_size):
 
 def shard_py_dataset(dataset, rank, world_size):
     """A PyDataset whose batch i is process `rank`'s part of `dataset[i]`."""
-    import keras
-
     for index in {0, len(dataset) - 1}:
         first = dataset[index]
         size = batching.num_samples(first[0] if isinstance(first, tuple) else first)
         batching.check_split(f"PyDataset batch {index}", size, size, world_size)
+    return _sharded_class()(dataset, rank, world_size)
+
+
+def _sharded_class():
+    import keras
 
     class ShardedPyDataset(keras.utils.PyDataset):
+        """The user's dataset, with its workers, multiprocessing and queue."""
+
+        def __init__(self, dataset, rank, world_size):
+            super().__init__(workers=getattr(dataset, "workers", 1),
+                             use_multiprocessing=getattr(dataset, "use_multiprocessing", False),
+                             max_queue_size=getattr(dataset, "max_queue_size", 10))
+            self.dataset, self.rank, self.world_size = dataset, rank, world_size
+
         def __len__(self):
-            return len(dataset)
+            return len(self.dataset)
 
         def __getitem__(self, index):
-            batch = dataset[index]
-            size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
-            local = size // world_size
-            return take(batch, np.arange(rank * local, (rank + 1) * local))
+            return part_of(self.dataset[index], self.rank, self.world_size)
 
         def on_epoch_end(self):
-            dataset.on_epoch_end()
+            self.dataset.on_epoch_end()
 
-    return ShardedPyDataset()
+    return ShardedPyDataset
 
 
 def is_generator(data):
@@ -94,8 +112,7 @@ def shard_batches(batches, rank, world_size):
     for index, batch in enumerate(batches):
         size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
         batching.check_split(f"generator batch {index}", size, size, world_size)
-        local = size // world_size
-        yield take(batch, np.arange(rank * local, (rank + 1) * local))
+        yield part_of(batch, rank, world_size)
 
 
 def shuffled_shards(arrays, batch_size, rank, world_size):
@@ -127,86 +144,6 @@ def shuffled_shards(arrays, batch_size, rank, world_size):
             self.epoch += 1
 
     return ShuffledShards()
-
-
-def quiet_arguments(kwargs, is_chief):
-    """Only the chief shows progress and writes logs."""
-    if not is_chief:
-        kwargs["verbose"] = 0
-        callbacks = kwargs.get("callbacks") or []
-        kwargs["callbacks"] = [c for c in callbacks if type(c).__name__ not in QUIET_CALLBACKS]
-
-
-def quiet_unless_chief(model, is_chief, names=("fit", "evaluate", "predict")):
-    """These methods show nothing on the other processes."""
-    from agnostic.strategies import base
-
-    def wrapper(original):
-        def run(*args, **kwargs):
-            given = batching.named_arguments(original, args, kwargs)
-            if given is None:
-                return original(*args, **kwargs)  # Keras reports the wrong call
-            quiet_arguments(given, is_chief)
-            return original(**given)
-
-        return run
-
-    if not is_chief:
-        for name in names:
-            base.wrap_method(model, name, wrapper)
-
-
-def split_calls(model, rank, world):
-    """fit and evaluate train and test on this process's shard; every process
-    predicts everything; only the chief (rank 0) shows progress."""
-    from agnostic import backup
-    from agnostic.strategies import base
-
-    is_chief = rank == 0
-
-    def fit(original):
-        def run(*args, **kwargs):
-            given = batching.named_arguments(original, args, kwargs)
-            if given is None:
-                return original(*args, **kwargs)  # Keras reports the wrong call
-            batching.check_call("fit", original, world, (), given)
-            x, y = given.pop("x", None), given.pop("y", None)
-            split = given.pop("validation_split", 0.0) or 0.0
-            if split and batching.num_samples(x) is not None:
-                x, y, given["validation_data"] = split_validation(x, y, given, split)
-            batch_size = given.get("batch_size")
-            x, y, given = shard_inputs("fit", x, y, given, rank, world)
-            validation = given.get("validation_data")
-            if isinstance(validation, (list, tuple)) and validation:
-                val_batch = (given.get("validation_batch_size") or batch_size
-                             or batching.DEFAULT_BATCH_SIZE)
-                val_x, rest = shard("fit (validation_data)", validation[0],
-                                             list(validation[1:]), val_batch, rank, world)
-                given["validation_data"] = (val_x,) + tuple(rest)
-                given["validation_batch_size"] = val_batch // world
-            quiet_arguments(given, is_chief)
-            if given.get("callbacks"):
-                given["callbacks"] = backup.swap_callbacks(given["callbacks"], is_chief)
-            return original(x, y, **given)
-
-        return run
-
-    def evaluate(original):
-        def run(*args, **kwargs):
-            given = batching.named_arguments(original, args, kwargs)
-            if given is None or keras_fit.is_fits_validation(given):
-                return original(*args, **kwargs)  # fit's own data: already sharded
-            batching.check_call("evaluate", original, world, (), given)
-            x, y = given.pop("x", None), given.pop("y", None)
-            x, y, given = shard_inputs("evaluate", x, y, given, rank, world)
-            quiet_arguments(given, is_chief)
-            return original(x, y, **given)
-
-        return run
-
-    base.wrap_method(model, "fit", fit)
-    base.wrap_method(model, "evaluate", evaluate)
-    quiet_unless_chief(model, is_chief, ("predict",))
 
 
 def split_validation(x, y, kwargs, split):

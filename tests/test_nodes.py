@@ -133,7 +133,7 @@ if ENGINE == "tensorflow":  # TF_CONFIG is TensorFlow's
         lines = [l for out, _ in outputs for l in out.splitlines() if l.startswith("{")]
         assert len(lines) == 1
         result = json.loads(lines[0])
-        assert result["strategy"] == "tf-mirrored" and result["num_replicas"] == 2
+        assert result["strategy"] == "tf-multi-worker" and result["num_replicas"] == 2
         assert result["model_vs_reference"] < 1e-5
         assert result["template_vs_reference"] < 1e-5
         np.testing.assert_allclose(*result["loss"], atol=1e-3)

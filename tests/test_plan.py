@@ -38,10 +38,40 @@ def test_list_takes_those_ids_in_order():
 
 
 def test_one_requested_device_is_single_device_without_warning():
-    chosen = plan.decide("tensorflow", GPUS_4, gpus=[2])
+    chosen = plan.decide("tensorflow", GPUS_4, gpus=[0])
     assert chosen.strategy == "single-device"
-    assert chosen.devices == ("/device:GPU:2",)
+    assert chosen.devices == ("/device:GPU:0",)
     assert chosen.fallback_warning is None
+    assert not chosen.device_scope
+
+
+@pytest.mark.parametrize("backend, strategy, scope", [
+    ("tensorflow", "tf-mirrored", False), ("jax", "jax-data-parallel", False),
+    ("mxnet", "mxnet-context", False), ("torch", "single-device", True)])
+def test_one_device_that_is_not_the_default_is_placed_by_the_engine(backend, strategy, scope):
+    # Only TensorFlow's, JAX's and MXNet's own strategies over the one device,
+    # or torch's device scope, put the model on GPU 2: the plan says which.
+    chosen = plan.decide(backend, GPUS_4, gpus=[2])
+    assert (chosen.strategy, chosen.num_replicas, chosen.device_scope) == (strategy, 1, scope)
+    assert chosen.devices[0].endswith("2")
+    assert chosen.fallback_warning is None
+
+
+@pytest.mark.parametrize("listing, relocation, strategy", [
+    (GPUS_4, False, "tf-mirrored"), (GPUS_4, True, "tf-central-storage")])
+def test_the_plan_names_tensorflows_runtime(listing, relocation, strategy):
+    chosen = plan.decide("tensorflow", listing, cpu_relocation=relocation)
+    assert chosen.strategy == strategy
+    assert chosen.relocation_unused is None
+
+
+@pytest.mark.parametrize("backend, listing, gpus", [
+    ("tensorflow", ONE_CPU, None), ("tensorflow", GPUS_4, [2]), ("jax", GPUS_4, None),
+    ("torch", GPUS_4, None), ("mxnet", GPUS_4, None)])
+def test_the_plan_says_why_cpu_relocation_changes_nothing(backend, listing, gpus):
+    chosen = plan.decide(backend, listing, gpus=gpus, cpu_relocation=True)
+    assert chosen.strategy != "tf-central-storage"
+    assert any(word in chosen.relocation_unused for word in ("variables", "parameters"))
 
 
 def test_simulated_cpus_count_as_devices():
@@ -130,7 +160,11 @@ def test_tensorflow_workers_span_processes():
                             process_id=1)
     chosen = plan.decide("tensorflow", listing)
     assert (chosen.strategy, chosen.num_replicas, chosen.num_processes,
-            chosen.process_id) == ("tf-mirrored", 2, 2, 1)
+            chosen.process_id) == ("tf-multi-worker", 2, 2, 1)
+    # cpu_relocation: each worker keeps its own copy; the plan says so.
+    relocated = plan.decide("tensorflow", listing, cpu_relocation=True)
+    assert relocated.strategy == "tf-multi-worker"
+    assert "each TensorFlow worker" in relocated.relocation_unused
     with pytest.raises(agnostic.DeviceRequestError, match="2 processes"):
         plan.decide("tensorflow", listing, gpus=4)
 

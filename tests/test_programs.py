@@ -79,6 +79,12 @@ def test_count_metrics_count_every_process_samples(tmp_path):
     plain, agnostic = run_both("count_metrics", tmp_path)
     assert plain["history"]["tp"][0] > 10  # counts, not ratios
     assert_same_training(plain, agnostic)
+    for call in ("trained", "tested"):  # each process takes its part of the batch
+        assert plain[call]["tp"] > 10
+        for key, value in plain[call].items():
+            np.testing.assert_allclose(agnostic[call][key], value, rtol=1e-3, atol=1e-3,
+                                       err_msg=f"{call}: {key}")
+    np.testing.assert_allclose(agnostic["predicted"], plain["predicted"], atol=1e-5)
 
 
 @VERSIONS

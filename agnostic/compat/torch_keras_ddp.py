@@ -1,14 +1,19 @@
-"""torch: when Keras itself trains the processes as one (Keras 3.16).
+"""torch: who makes the processes train as one, Keras or agnostic.
 
-Keras 3.13-3.15 train each torch process alone: agnostic averages the
-gradients and sums the metrics' states across processes. Keras 3.16's torch
-trainer wraps the model in DistributedDataParallel once torch.distributed is
-initialised (the `ddp_model` attribute every model gets in its __init__) and
-sums the metrics' states in `get_metrics_result`: agnostic then adds neither,
-or count metrics would come out once per process too high. Keras's wrapper
-averages only what goes through its forward: a train_step of the user's own
-calls the model itself, so agnostic averages that step's gradients still
-(the wrapper's hooks stay idle without its forward).
+Keras 3.13-3.15 train each torch process alone. Keras 3.16's torch trainer
+wraps the model in DistributedDataParallel once torch.distributed is
+initialised (the `ddp_model` attribute every model gets in its __init__),
+calls the model through it in its own train_step, and sums the metrics'
+states in `get_metrics_result`: agnostic then adds neither, or count metrics
+would come out once per process too high.
+
+Where Keras does not (3.13-3.15, or a train_step of the user's own, which
+calls the model itself), agnostic runs the model's forward pass through
+torch's DistributedDataParallel during training steps, as Keras 3.16 does
+in its own step: torch's reducer then averages the gradients in buckets
+while backward runs. The hook is the model's `forward` (a public
+torch.nn.Module method, which Keras's `Layer.__call__` reaches through
+torch's `Module.__call__`), replaced on the instance only.
 """
 
 
@@ -25,3 +30,27 @@ def keras_averages_gradients(model):
 
     return keras_is_data_parallel(model) and \
         getattr(type(model), "train_step") is getattr(keras.Model, "train_step")
+
+
+def parallel_forward(model, bucket_mb):
+    """A DistributedDataParallel over `model`'s weights whose forward is the
+    model's own (its class's, not a wrapper on the instance). Construction is a collective (rank 0's
+    weights reach every process): every process calls this at the same point,
+    once the model is built."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    own = type(model).forward.__get__(model)
+    model.torch_params  # Keras tracks the weights as torch parameters here
+
+    class Forward(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model  # a submodule: its parameters are the weights
+
+        def forward(self, *args, **kwargs):
+            return own(*args, **kwargs)
+
+    device_ids = [torch.cuda.current_device()] if torch.cuda.is_available() else None
+    return DistributedDataParallel(Forward(), device_ids=device_ids, bucket_cap_mb=bucket_mb,
+                                   find_unused_parameters=False)

@@ -7,6 +7,8 @@ import importlib
 STRATEGIES = {
     "single-device": "agnostic.strategies.single_device:SingleDeviceStrategy",
     "tf-mirrored": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
+    "tf-central-storage": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
+    "tf-multi-worker": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
     "jax-data-parallel": "agnostic.strategies.jax_data_parallel:JaxDataParallelStrategy",
     "mxnet-context": "agnostic.strategies.mxnet_context:MxnetContextStrategy",
     "torch-ddp": "agnostic.strategies.torch_ddp:TorchDDPStrategy",

@@ -3,7 +3,7 @@ import contextlib
 import functools
 import random
 
-from agnostic import backup, batching, checkpoints, collectives, errors
+from agnostic import errors
 from agnostic.compat import keras_fit
 
 
@@ -130,7 +130,9 @@ def start_again(model):
     before (fine-tuning: freeze layers, compile again): its template, with the
     returned model's weights and trainable flags, without the wrappers of the
     first compile, which would otherwise apply twice."""
-    template = template_of(model)
+    from agnostic import pipeline
+
+    template = pipeline.template_of(model)
     if template is not None:
         for copy, layer in zip(keras_fit.every_layer(model), keras_fit.every_layer(template)):
             layer.trainable = copy.trainable
@@ -140,119 +142,3 @@ def start_again(model):
     if getattr(model, "optimizer", None) is not None:
         unwrap(model.optimizer)
     return model
-
-
-def wrap_returned_model(model, template, num_replicas, scope_factory=None, is_chief=True,
-                        barrier=None, share=None):
-    """What every returned model does around Keras's own methods.
-
-    Checks batch splits before each call; `fit` leaves the trained weights in
-    the template too, as the legacy `multi_gpu_model` did, even when fit is
-    interrupted, and swaps BackupAndRestore for the atomic one; files are
-    written atomically and loads name a broken file. `barrier` and `share`
-    (see guard_files) are the strategy's, with several processes.
-    """
-    enter = scope_factory or _no_scope
-
-    def fit(original):
-        def run(*args, **kwargs):
-            batching.check_call("fit", original, num_replicas, args, kwargs)
-            given = batching.named_arguments(original, args, kwargs)
-            if given is not None and given.get("callbacks"):
-                given["callbacks"] = backup.swap_callbacks(given["callbacks"], is_chief)
-                args, kwargs = (), given
-            try:
-                with enter():
-                    return original(*args, **kwargs)
-            finally:
-                if model is not template:
-                    template.set_weights(model.get_weights())
-
-        return run
-
-    def checked(method_name):
-        def wrapper(original):
-            def run(*args, **kwargs):
-                batching.check_call(method_name, original, num_replicas, args, kwargs)
-                with enter():
-                    return original(*args, **kwargs)
-
-            return run
-
-        return wrapper
-
-    if template is not model:
-        model.__dict__["_agnostic_template"] = _TemplateLink(template)
-    wrap_method(model, "fit", fit)
-    for method_name in ("evaluate", "predict", "train_on_batch", "test_on_batch",
-                        "predict_on_batch"):
-        wrap_method(model, method_name, checked(method_name))
-    guard_files(model, is_chief, barrier, share)
-    if template is not model:
-        # The template receives the weights: the script may save it instead.
-        guard_files(template, is_chief, barrier, share)
-
-
-class _TemplateLink:
-    """Holds the returned model's template out of Keras's sight: Keras saves
-    every layer it finds among a model's attributes, and a file would hold
-    the template's weights a second time."""
-
-    def __init__(self, template):
-        self.template = template
-
-
-def template_of(model):
-    """The model passed to backend_agnostic_compile, for a returned model."""
-    link = model.__dict__.get("_agnostic_template")
-    return link.template if link is not None else None
-
-
-def guard_files(model, is_chief=True, barrier=None, share=None):
-    """Atomic saves on the chief, none elsewhere; loads that name bad files.
-
-    With several processes, `barrier()` follows every save on every process,
-    so that a file any process opens afterwards is the one just written, and
-    `share(value)` returns the chief's value on every process (see
-    agnostic/collectives.py): BackupAndRestore restores the chief's backup
-    everywhere with it, so that only the chief's disk needs one."""
-    collectives.attach(model, share)
-    if model.__dict__.get("_agnostic_files_guarded"):
-        return  # the returned model's template, guarded already
-    model.__dict__["_agnostic_files_guarded"] = True
-    for name in ("save", "save_weights", "export"):
-        if hasattr(model, name):
-            if is_chief:
-                if name != "export":  # export writes a folder
-                    wrap_method(model, name, checkpoints.atomic)
-            else:
-                wrap_method(model, name, lambda original: _skip)
-            if barrier is not None:
-                wrap_method(model, name, _followed_by(barrier))
-    if hasattr(model, "load_weights"):
-        wrap_method(model, "load_weights", checkpoints.checked_load)
-
-
-def _skip(*args, **kwargs):
-    return None
-
-
-def _followed_by(barrier):
-    def wrapper(original):
-        def run(*args, **kwargs):
-            try:
-                return original(*args, **kwargs)
-            finally:  # the chief's failed save must not leave the others waiting
-                barrier()
-
-        return run
-
-    return wrapper
-
-
-class _no_scope:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -4,7 +4,7 @@ With several processes (agnostic launch, or Keras's distribution variables),
 the devices are every process's: each process feeds its own part of every
 global batch, and JAX's one program computes on the whole batch.
 """
-from agnostic import collectives, sharding
+from agnostic import collectives, pipeline
 from agnostic.strategies import base
 
 
@@ -23,16 +23,14 @@ class JaxDataParallelStrategy(base.Strategy):
             devices=list(plan.devices), auto_shard_dataset=plan.num_processes == 1
         )
         model = base.build_replica_model(template, distribution.scope(), compile_kwargs)
-        if plan.num_processes > 1:
-            sharding.split_calls(model, plan.process_id, plan.num_processes)
         # Keras shards each batch by the distribution active at call time, so
         # each call runs under this model's own one (several may coexist).
-        base.wrap_returned_model(
-            model, template, plan.num_replicas, scope_factory=distribution.scope,
-            is_chief=plan.process_id == 0,
-            barrier=_barrier if plan.num_processes > 1 else None,
-            share=collectives.jax_share if plan.num_processes > 1 else None,
-        )
+        processes = pipeline.ONE_PROCESS
+        if plan.num_processes > 1:
+            processes = pipeline.Processes(plan.process_id, plan.num_processes,
+                                           barrier=_barrier, share=collectives.jax_share)
+        pipeline.wrap(model, template, plan.num_replicas, scope=distribution.scope,
+                      processes=processes)
         if plan.num_processes > 1:
             _predict_locally(model, template)  # outermost: outside the mesh
             _save_outside_the_mesh(model)

@@ -3,6 +3,7 @@
 Keras 2.2 on MXNet (keras-mxnet 2.2.4.3, mxnet 1.9.1, Python 3.8) trains one
 model on several contexts itself, so the template is compiled in place.
 """
+from agnostic import pipeline
 from agnostic.compat import mxnet_kvstore
 from agnostic.strategies import base
 
@@ -22,5 +23,5 @@ class MxnetContextStrategy(base.Strategy):
         # store sums the contexts' gradients: N times the one-device gradient.
         # Rescaling by 1/N gives exactly the one-device step.
         template.optimizer.rescale_grad = 1.0 / self.plan.num_replicas
-        base.wrap_returned_model(template, template, self.plan.num_replicas)
+        pipeline.wrap(template, template, self.plan.num_replicas)
         return template

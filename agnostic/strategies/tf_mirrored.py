@@ -1,16 +1,19 @@
-"""tf-mirrored: tf.distribute.MirroredStrategy over the plan's devices
-(several workers: see tf_workers).
+"""TensorFlow's replication, as the plan names it:
 
-With cpu_relocation=True the variables live once, on the CPU, and the
-devices compute (the engine's CentralStorageStrategy): the legacy
-multi_gpu_model kept the template's weights on the CPU the same way.
+- tf-mirrored: tf.distribute.MirroredStrategy over the plan's devices;
+- tf-central-storage (cpu_relocation=True): the variables live once, on the
+  CPU, and the devices compute (the engine's CentralStorageStrategy): the
+  legacy multi_gpu_model kept the template's weights on the CPU the same way;
+- tf-multi-worker: several processes, each a worker of
+  MultiWorkerMirroredStrategy (see tf_workers).
 """
 import contextlib
 import itertools
 import logging
 
-from agnostic import batch_norm, errors
-from agnostic.compat import tf_collective_keys, tf_first_batch, tf_on_batch
+from agnostic import batch_norm, errors, pipeline, plan as plan_lib
+from agnostic.compat import (tf_central_metrics, tf_collective_keys, tf_first_batch,
+                             tf_on_batch)
 from agnostic.strategies import base, tf_workers
 
 LOGGER = logging.getLogger("agnostic")
@@ -23,7 +26,7 @@ class TFMirroredStrategy(base.Strategy):
     def distribution(self):
         import tensorflow as tf
 
-        if self.cpu_relocation:
+        if self.plan.strategy == plan_lib.TF_CENTRAL_STORAGE:
             return tf.distribute.experimental.CentralStorageStrategy(
                 compute_devices=list(self.plan.devices), parameter_device="/cpu:0"
             )
@@ -46,17 +49,17 @@ class TFMirroredStrategy(base.Strategy):
         # batch normalization in the replica model (the template keeps its
         # layers as they are).
         clone = batch_norm.synchronized_clone if self.sync_batch_norm else None
-        users = users_strategy(self.plan, self.cpu_relocation)
-        if self.plan.num_processes > 1:  # cpu_relocation: compile warns
+        users = users_strategy(self.plan)
+        if self.plan.strategy == plan_lib.TF_MULTI_WORKER:
             return tf_workers.compile(self.plan, template, compile_kwargs, clone, users)
         strategy = users or self.distribution()
-        if not self.cpu_relocation:
+        if self.plan.strategy != plan_lib.TF_CENTRAL_STORAGE:
             # Per-replica statistics: the moving ones are still averaged.
             scope = strategy.scope() if self.sync_batch_norm else _central_scope(strategy)
             model = base.build_replica_model(template, scope, compile_kwargs, clone)
             tf_first_batch.build_without_reading(model, strategy)
             tf_on_batch.split_batches(model, strategy)
-            base.wrap_returned_model(model, template, self.plan.num_replicas)
+            pipeline.wrap(model, template, self.plan.num_replicas)
             return model
         LOGGER.info(
             "cpu_relocation=True: the variables live once on /cpu:0 and %d "
@@ -68,12 +71,12 @@ class TFMirroredStrategy(base.Strategy):
                                          clone)
         tf_first_batch.build_without_reading(model, strategy)
         tf_on_batch.split_batches(model, strategy)
-        _update_metrics_in_place(model)
-        base.wrap_returned_model(model, template, self.plan.num_replicas)
+        tf_central_metrics.update_in_place(model)
+        pipeline.wrap(model, template, self.plan.num_replicas)
         return model
 
 
-def users_strategy(plan, cpu_relocation=False):
+def users_strategy(plan):
     """The tf.distribute strategy in whose scope the program compiles, when
     it is the kind the plan makes, over as many replicas (Ray's and
     TensorFlow's guides make a MultiWorkerMirroredStrategy in the training
@@ -84,11 +87,11 @@ def users_strategy(plan, cpu_relocation=False):
     if not tf.distribute.has_strategy():
         return None
     current = tf.distribute.get_strategy()
-    if plan.num_processes > 1:
+    if plan.strategy == plan_lib.TF_MULTI_WORKER:
         wanted = tf.distribute.MultiWorkerMirroredStrategy
     else:
         wanted = tf.distribute.MirroredStrategy
-    central = cpu_relocation and plan.num_processes == 1  # a CentralStorageStrategy
+    central = plan.strategy == plan_lib.TF_CENTRAL_STORAGE
     if isinstance(current, wanted) and not central \
             and current.num_replicas_in_sync == plan.num_replicas:
         return current
@@ -130,59 +133,3 @@ def _central_scope(strategy):
 
     with strategy.scope(), tf.variable_creator_scope(combined):
         yield
-
-
-def _update_metrics_in_place(model):
-    """Metric totals add each device's part once.
-
-    Keras 3.13-3.16 add to a variable by assigning `value + delta`
-    (`assign_add`, and metrics such as Precision, AUC, TruePositives call
-    `assign(variable + delta)` themselves); on a variable stored once and
-    summed over the devices, every step would then add the old total once
-    per device (measured: counts 240 instead of 64 over one epoch on 2
-    devices). Metric variables exist once the step functions are made (Keras
-    builds the metrics from a first batch), so before that, each one is
-    given the engine's own in-place add, and in a step an `assign` adds its
-    difference from the stored value.
-    """
-    def before(original):
-        def run(*args, **kwargs):
-            for variable in model.metrics_variables:
-                if "assign_add" not in vars(variable):
-                    variable.assign_add = _in_place(variable, "assign_add")
-                    variable.assign_sub = _in_place(variable, "assign_sub")
-                    variable.assign = _assigned_as_added(variable)
-            return original(*args, **kwargs)
-
-        return run
-
-    for name in ("make_train_function", "make_test_function"):
-        base.wrap_method(model, name, before)
-
-
-def _in_place(variable, name):
-    import tensorflow as tf
-
-    stored = variable.value  # the engine's variable, on the CPU
-
-    def update(delta):
-        return getattr(stored, name)(tf.cast(delta, stored.dtype))
-
-    return update
-
-
-def _assigned_as_added(variable):
-    """`assign(new)` in a replica's step: adds `new - stored`, which the
-    engine sums over the replicas once; elsewhere (a reset) an assignment."""
-    import tensorflow as tf
-
-    stored = variable.value
-    assign = variable.assign
-
-    def update(value):
-        if tf.distribute.in_cross_replica_context():
-            return assign(value)
-        value = tf.cast(value, stored.dtype)
-        return stored.assign_add(value - tf.identity(stored))
-
-    return update

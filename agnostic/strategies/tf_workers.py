@@ -2,8 +2,8 @@
 (from TF_CONFIG, made as TensorFlow is imported), and the three places where
 Keras's fit (3.13-3.16) needs help under it.
 """
-from agnostic import _startup, collectives, errors, sharding
-from agnostic.compat import tf_first_batch, tf_on_batch
+from agnostic import _startup, collectives, errors, pipeline
+from agnostic.compat import tf_first_batch, tf_on_batch, tf_worker_logs
 from agnostic.strategies import base
 
 
@@ -34,12 +34,12 @@ def compile(plan, template, compile_kwargs, clone_function=None, users=None):
                                      clone_function)
     tf_first_batch.build_without_reading(model, workers)
     tf_on_batch.split_batches(model, workers)
-    _one_value_per_replica(model)
-    is_chief = plan.process_id == 0
-    base.wrap_returned_model(model, template, plan.num_replicas, is_chief=is_chief,
-                             barrier=lambda: _barrier(workers),
-                             share=collectives.tf_workers_share(workers))
-    sharding.quiet_unless_chief(model, is_chief)
+    tf_worker_logs.one_value_per_replica(model)
+    # TensorFlow gives each worker its part of every batch itself.
+    processes = pipeline.Processes(plan.process_id, plan.num_processes,
+                                   barrier=lambda: _barrier(workers),
+                                   share=collectives.tf_workers_share(workers), shards=False)
+    pipeline.wrap(model, template, plan.num_replicas, processes=processes)
     return model
 
 
@@ -70,20 +70,3 @@ def _barrier(workers):
 
     ones = workers.experimental_distribute_values_from_function(lambda context: tf.ones(()))
     workers.reduce("SUM", ones, axis=None)
-
-
-def _one_value_per_replica(model):
-    # Keras averages each step's logs over the workers along axis 0, which a
-    # scalar metric does not have ("Invalid reduction dimension 0"): each
-    # replica reports its values with a leading axis of 1, so the average
-    # over that axis is the average over the replicas, whatever the shape.
-    import tensorflow as tf
-
-    def reshaped(original):
-        def run(data):
-            return tf.nest.map_structure(lambda v: tf.expand_dims(v, 0), original(data))
-
-        return run
-
-    for name in ("train_step", "test_step"):
-        base.wrap_method(model, name, reshaped)

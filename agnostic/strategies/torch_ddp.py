@@ -3,20 +3,26 @@
 Keras 3.13-3.15 have no multi-device `fit` on torch, so this strategy supplies the
 data-parallel parts around Keras's own training loop: the same initial weights
 everywhere (broadcast from rank 0), a shard of each global batch per process,
-gradients summed across processes in buckets while backward runs, and
-metrics aggregated over all processes. Only the chief prints or writes files.
+gradients averaged by torch's DistributedDataParallel while backward runs, and
+metrics aggregated over all processes. Keras 3.16 does the gradients and the
+metrics itself (compat.torch_keras_ddp), and agnostic adds neither. Only the
+chief prints or writes files.
 """
 import atexit
 import datetime
 import logging
 import sys
 
-from agnostic import batch_norm, cluster, collectives, errors, sharding
+from agnostic import batch_norm, cluster, collectives, errors, pipeline
 from agnostic.compat import torch_batch_norm, torch_keras_ddp
 from agnostic.launch import local
 from agnostic.strategies import base, torch_reduce
 
 logger = logging.getLogger("agnostic")
+
+# DistributedDataParallel's bucket size (its default): gradients are summed
+# one bucket per collective, each sent as soon as backward has filled it.
+BUCKET_MB = 25
 
 
 class TorchDDPStrategy(base.Strategy):
@@ -52,9 +58,9 @@ class TorchDDPStrategy(base.Strategy):
             _average_gradients(template, group.world_size)
         if not torch_keras_ddp.keras_is_data_parallel(template):
             _aggregate_metrics(template)
-        sharding.split_calls(template, group.rank, group.world_size)
-        base.guard_files(template, is_chief=group.is_chief, barrier=dist.barrier,
-                         share=collectives.torch_share)
+        processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
+                                       share=collectives.torch_share)
+        pipeline.wrap(template, template, group.world_size, processes=processes)
         return template
 
 
@@ -98,30 +104,121 @@ def keras_version():
 
 
 def _average_gradients(model, world_size):
-    """Before each optimizer step, every process gets the mean gradient; the
-    sums start during backward (torch_reduce.GradientReducer)."""
-    if model.__dict__.get("_agnostic_reducer") is not None:
-        model.__dict__["_agnostic_reducer"].close()  # compiled again
-    reducer = torch_reduce.GradientReducer(model.trainable_variables, world_size)
-
-    step_name = f"{type(model).__name__}.train_step"
+    """Each training step's gradients averaged over the processes: torch's
+    DistributedDataParallel while backward runs, when the step calls the
+    model (compat.torch_keras_ddp); else when the optimizer gets them."""
+    steps = GradientSteps(model, world_size)
 
     def step(train_step):
         def run(*args, **kwargs):
-            return reducer.step(lambda: train_step(*args, **kwargs), step_name)
+            return steps.run(lambda: train_step(*args, **kwargs))
 
         return run
 
     def apply(original):
         def run(gradients, variables=None):
-            reducer.average(gradients, variables)
+            steps.average(gradients, variables)
             return original(gradients, variables)
 
         return run
 
     base.wrap_method(model, "train_step", step)
+    base.wrap_method(model, "forward", steps.forward)
     base.wrap_method(model.optimizer, "apply", apply)
-    model.__dict__["_agnostic_reducer"] = reducer  # read by tests and benchmarks
+    model.__dict__["_agnostic_gradients"] = steps  # read by tests and benchmarks
+
+
+class GradientSteps:
+    """Who averages one training step's gradients.
+
+    The model's forward pass during a step goes through torch's
+    DistributedDataParallel (made at the first step, once the model is
+    built): its reducer sums the gradients in buckets as backward produces
+    them and writes the means into the weights' `.grad`, which Keras's
+    train_step hands to the optimizer. A backward pass that runs twice in a
+    step (gradient accumulation) is averaged on each pass, so the sum is too.
+    A step that never calls the model itself (a GAN's step calls its parts),
+    or that gives the optimizer other tensors than the weights' gradients,
+    has them averaged when the optimizer gets them; so has every step of a
+    model some of whose weights get no gradient (_without_parallel). Forward
+    passes outside
+    a training step (evaluate, predict, a saliency map) start no collective.
+    """
+
+    def __init__(self, model, world_size):
+        self.model, self.world_size = model, world_size
+        self.parallel = None
+        self.whole = True  # every weight gets a gradient: DDP can be used
+        self.active = False
+        self.forwards = 0  # this step's forward passes through DDP
+        self.applied = False
+        self.warned = False
+        self.at_optimizer = 0  # steps averaged when the optimizer got them
+
+    def forward(self, own):
+        def run(*args, **kwargs):
+            import torch
+
+            if self.active and torch.is_grad_enabled():
+                if self.parallel is None and self.whole:
+                    self.parallel = torch_keras_ddp.parallel_forward(self.model, BUCKET_MB)
+                if self.parallel is not None:
+                    self.forwards += 1
+                    return self.parallel(*args, **kwargs)
+            return own(*args, **kwargs)
+
+        return run
+
+    def run(self, step):
+        self.active, self.forwards, self.applied = True, 0, False
+        try:
+            result = step()
+        finally:
+            self.active = False
+        if not self.applied and not self.forwards and not self.warned:
+            self._warn_if_unaveraged()
+        return result
+
+    def average(self, gradients, variables):
+        self.applied = True
+        if self.forwards and variables is not None and len(gradients) == len(variables) \
+                and all(g is v.value.grad for g, v in zip(gradients, variables)):
+            if all(g is not None for g in gradients):
+                return  # DistributedDataParallel averaged them during backward
+            self._without_parallel(variables)
+        present = [g for g in gradients if g is not None]
+        self.at_optimizer += 1
+        if present:
+            torch_reduce.all_reduce_mean(present, self.world_size)
+
+    def _without_parallel(self, variables):
+        """Some weight got no gradient (a model output that no loss uses, say):
+        DistributedDataParallel's reducer then never finishes, and fails at the
+        next step. This step's gradients are averaged here instead, and so are
+        every later step's, without the overlap."""
+        unused = [v.path for v in variables if v.value.grad is None]
+        logger.info("agnostic: %d trainable weights of %s got no gradient (%s); its "
+                    "gradients are averaged when the optimizer gets them, not "
+                    "during backward.", len(unused), self.model.name, ", ".join(unused[:3]))
+        self.parallel, self.whole = None, False
+
+    def _warn_if_unaveraged(self):
+        import warnings
+
+        if all(w.value.grad is None for w in self.model.trainable_weights):
+            return
+        self.warned = True
+        name = f"{type(self.model).__name__}.train_step"
+        warnings.warn(
+            f"{name} ran backward without calling the model itself and did not pass "
+            "the gradients to the model's optimizer (self.optimizer.apply or "
+            "apply_gradients), where agnostic averages them across the "
+            f"{self.world_size} processes: the weights it updated some other way "
+            "(another optimizer, a manual update) train differently from one "
+            "device and drift apart between processes. Call the model as "
+            "self(x), or apply gradients through self.optimizer.",
+            errors.UnaveragedGradientsWarning, stacklevel=3,
+        )
 
 
 def _average_moving_statistics(model, world_size):

@@ -1,5 +1,6 @@
 """A binary classifier with count-type metrics (true positives, false
-negatives, a running sum) besides AUC and accuracy."""
+negatives) besides AUC and accuracy, through fit, evaluate and the
+*_on_batch methods."""
 from harness import compile, digits, finish  # noqa: I001
 
 import keras
@@ -20,4 +21,8 @@ model = compile(
 )
 history = model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
 evaluation = model.evaluate(x, y, batch_size=64, verbose=0, return_dict=True)
-finish(model, history, evaluation)
+# One batch at a time: counts over the whole batch, as on one device.
+trained = model.train_on_batch(x[:64], y[:64], return_dict=True)
+tested = model.test_on_batch(x[64:128], y[64:128], return_dict=True)
+predicted = model.predict_on_batch(x[:8])
+finish(model, history, evaluation, trained=trained, tested=tested, predicted=predicted)

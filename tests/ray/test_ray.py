@@ -27,7 +27,7 @@ from tests.conftest import ROOT
 JOB = os.path.join("tests", "ray", "train_job.py")
 WORKERS = 2
 ENGINES = ("torch", "tensorflow")
-STRATEGY = {"torch": "torch-ddp", "tensorflow": "tf-mirrored"}
+STRATEGY = {"torch": "torch-ddp", "tensorflow": "tf-multi-worker"}
 SECONDS = 300  # a run takes under a minute on 2 cores
 # Variables of the outer environment that would reach the local cluster's
 # workers (they inherit the driver's environment) and change what they join.

@@ -14,6 +14,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
 import agnostic  # noqa: E402
 from tests import models  # noqa: E402
@@ -51,18 +52,14 @@ def left_group():
         handle.write("open" if dist.is_initialized() else "ended")
 
 
-def reference(x, y, **fit):
-    model = models.build(keras)
+def reference(x, y, model_class=None, **fit):
+    model = models.build(keras, model_class=model_class)
     model.compile(optimizer=models.sgd(keras), **models.COMPILE)
     history = model.fit(x, y, shuffle=False, verbose=0, **fit).history
     return model, history
 
 
 def main():
-    if MODE == "overlap":  # several buckets even for this small model
-        from agnostic.strategies import torch_reduce
-
-        torch_reduce.BUCKET_BYTES = torch_reduce.FIRST_BUCKET_BYTES = 64
     x, y = models.data()
     if MODE == "files" and keras.backend.backend() == "torch":  # after agnostic's handlers
         atexit.register(left_group)
@@ -102,40 +99,78 @@ def main():
             "pydataset": models.relative_difference(dataset_model.get_weights(),
                                                     second.get_weights()),
         }
-    elif MODE == "overlap":
-        result = overlap(x, y, model, rank)
-    elif MODE == "manual":  # a step that updates the weights itself
-        manual = models.build(keras, model_class=ManualUpdate)
-        manual = agnostic.backend_agnostic_compile(manual, optimizer=models.sgd(keras),
-                                                   gpus=REPLICAS, **models.COMPILE)
-        manual.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
-        result = {"done": True}
+    elif MODE == "gradients":
+        result = gradients(x, y, model, rank)
+    elif MODE == "manual":  # steps that update the weights themselves
+        result = {}
+        for model_class in (ManualUpdate, ManualParts):
+            expected, _ = reference(x, y, batch_size=16, epochs=2, model_class=model_class)
+            manual = models.build(keras, model_class=model_class)
+            manual = agnostic.backend_agnostic_compile(manual, optimizer=models.sgd(keras),
+                                                       gpus=REPLICAS, **models.COMPILE)
+            manual.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+            result[model_class.__name__] = models.relative_difference(
+                expected.get_weights(), manual.get_weights())
     if result is not None and rank == 0:
         print(json.dumps(result))
 
 
-def overlap(x, y, model, rank):
-    """Gradients summed while backward runs (small buckets, so that there are
-    several); a backward pass outside fit on one process only; a model whose
-    own train_step runs backward twice (gradient accumulation)."""
+def gradients(x, y, model, rank):
+    """Who averaged each step's gradients: torch's DistributedDataParallel
+    during backward for a step that calls the model, twice in a step too
+    (gradient accumulation); the optimizer's wrapper for a step that calls
+    the model's parts only. A backward pass outside fit on one process only
+    must start no collective (the next fit would hang or sum mismatched
+    tensors)."""
     import torch
 
-    if rank == 0:  # e.g. a saliency map: no collective may start here
+    if rank == 0:  # e.g. a saliency map
         model(torch.as_tensor(x[:4])).sum().backward()
-    expected, _ = reference(x, y, batch_size=16, epochs=2)
-    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
-    reducer = model._agnostic_reducer
-    sent_early, buckets = reducer.early, len(reducer.buckets)
-    halves = models.build(keras, model_class=TwoHalves)
-    halves = agnostic.backend_agnostic_compile(halves, optimizer=models.sgd(keras),
-                                               gpus=REPLICAS, **models.COMPILE)
-    halves.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
-    plain, _ = reference(x, y, batch_size=16, epochs=1)
+    result = {}
+    for name, model_class, epochs in (("plain", None, 2), ("halves", TwoHalves, 1),
+                                      ("parts", ThroughParts, 1)):
+        expected, _ = reference(x, y, batch_size=16, epochs=epochs, model_class=model_class)
+        if model_class is not None:
+            model = models.build(keras, model_class=model_class)
+            model = agnostic.backend_agnostic_compile(model, optimizer=models.sgd(keras),
+                                                      gpus=REPLICAS, **models.COMPILE)
+        model.fit(x, y, batch_size=16, epochs=epochs, shuffle=False, verbose=0)
+        result[name] = who_averaged(expected, model)
+    if "ddp_model" in vars(model):  # Keras 3.16's own wrapper: fails, as torch's does
+        return result
+    # An output that no loss uses: its weights get no gradient.
+    targets = {"main": y, "extra": np.zeros((len(x), 1), "float32")}
+    expected = with_unused_output()
+    expected.compile(optimizer=models.sgd(keras), loss={"main": models.COMPILE["loss"]})
+    expected.fit(x, targets, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    model = agnostic.backend_agnostic_compile(
+        with_unused_output(), optimizer=models.sgd(keras), loss={"main": models.COMPILE["loss"]},
+        gpus=REPLICAS)
+    model.fit(x, targets, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    result["unused"] = who_averaged(expected, model)
+    return result
+
+
+def who_averaged(expected, model):
+    steps = vars(model).get("_agnostic_gradients")
+    if steps is None:  # Keras 3.16's own train_step: its own wrapper
+        parallel, at_optimizer = vars(model)["ddp_model"], 0
+    else:
+        parallel, at_optimizer = steps.parallel, steps.at_optimizer
     return {
-        "buckets": buckets, "sent_early": sent_early,
-        "plain": models.relative_difference(expected.get_weights(), model.get_weights()),
-        "halves": models.relative_difference(plain.get_weights(), halves.get_weights()),
+        "difference": models.relative_difference(expected.get_weights(), model.get_weights()),
+        "parallel": type(parallel).__name__,
+        "at_optimizer": at_optimizer,
     }
+
+
+def with_unused_output():
+    models.seed(keras, 1)
+    inputs = keras.layers.Input((8,))
+    hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    outputs = {"main": keras.layers.Dense(3, activation="softmax")(hidden),
+               "extra": keras.layers.Dense(1)(hidden)}
+    return keras.models.Model(inputs, outputs)
 
 
 class TwoHalves(keras.Model):
@@ -158,6 +193,23 @@ class TwoHalves(keras.Model):
         return {"loss": loss}
 
 
+class ThroughParts(keras.Model):
+    """A step that runs the model's layers without calling the model (as a
+    GAN's step calls its generator and discriminator), then the optimizer."""
+
+    def train_step(self, data):
+        import torch
+
+        x, y = data[0], data[1]
+        self.zero_grad()
+        loss = self.compute_loss(x=x, y=y, y_pred=self.call(x, training=True))
+        loss.backward()
+        weights = self.trainable_weights
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+        return {"loss": loss}
+
+
 class ManualUpdate(keras.Model):
     """Plain SGD written by hand, past the optimizer."""
 
@@ -166,12 +218,23 @@ class ManualUpdate(keras.Model):
 
         x, y = data[0], data[1]
         self.zero_grad()
-        loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        loss = self.compute_loss(x=x, y=y, y_pred=self.forward_pass(x))
         loss.backward()
         with torch.no_grad():
             for weight in self.trainable_weights:
                 weight.assign(weight.value - 0.1 * weight.value.grad)
         return {"loss": loss}
+
+    def forward_pass(self, x):
+        return self(x, training=True)
+
+
+class ManualParts(ManualUpdate):
+    """Plain SGD by hand, on the model's layers without calling the model:
+    nothing averages these gradients."""
+
+    def forward_pass(self, x):
+        return self.call(x, training=True)
 
 
 class Batches(keras.utils.PyDataset):
@@ -189,3 +252,4 @@ class Batches(keras.utils.PyDataset):
 
 if __name__ == "__main__":
     main()
+

@@ -87,7 +87,8 @@ def test_a_strategy_scope_unlike_the_plan_is_refused_before_building(options):
                                               **models.COMPILE, **options)
     message = str(caught.value)
     assert "inside the scope of a MirroredStrategy over 1 replica(s)" in message
-    assert "tf-mirrored" in message and "over 2 replicas" in message
+    named = "tf-central-storage" if options else "tf-mirrored"  # the plan's name
+    assert named in message and "over 2 replicas" in message
     assert "Call it outside any strategy scope" in message
     assert ("cpu_relocation=True" in message) == bool(options)
     assert not template.compiled  # nothing was compiled
@@ -218,3 +219,17 @@ def test_optimizer_object_is_rebuilt_inside_the_strategy():
                                               loss="mse")
     assert model.optimizer is not optimizer
     assert float(np.asarray(model.optimizer.learning_rate)) == pytest.approx(0.1)
+
+
+def test_central_metrics_name_the_keras_version_when_their_handle_moves():
+    # tf-central-storage adds to metric totals through the engine variable a
+    # Keras variable holds (`.value`); a Keras without it fails by name.
+    import types
+
+    from agnostic.compat import tf_central_metrics
+
+    metric = keras.metrics.TruePositives()
+    assert isinstance(metric.variables[0].value, tf.Variable)
+    stand_in = types.SimpleNamespace(value=np.zeros(()))
+    with pytest.raises(RuntimeError, match=f"Keras {keras.__version__} no longer has"):
+        tf_central_metrics._stored(stand_in)

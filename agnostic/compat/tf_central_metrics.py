@@ -1,0 +1,77 @@
+"""tf-central-storage: metric totals on variables stored once (Keras
+3.13-3.16 with TensorFlow's CentralStorageStrategy).
+
+Keras adds to a metric's variable by assigning `value + delta`; stored once
+and updated from every device, each step would add the old total once per
+device. Each metric variable gets the engine's own in-place add instead
+(`variable.value`, the engine's variable, is the Keras variable's public
+handle on it); without it, an error names the Keras version.
+"""
+from agnostic.compat import versions
+from agnostic.strategies import base
+
+
+def update_in_place(model):
+    """Metric totals add each device's part once.
+
+    Keras 3.13-3.16 add to a variable by assigning `value + delta`
+    (`assign_add`, and metrics such as Precision, AUC, TruePositives call
+    `assign(variable + delta)` themselves); on a variable stored once and
+    summed over the devices, every step would then add the old total once
+    per device (measured: counts 240 instead of 64 over one epoch on 2
+    devices). Metric variables exist once the step functions are made (Keras
+    builds the metrics from a first batch), so before that, each one is
+    given the engine's own in-place add, and in a step an `assign` adds its
+    difference from the stored value.
+    """
+    def before(original):
+        def run(*args, **kwargs):
+            for variable in model.metrics_variables:
+                if "assign_add" not in vars(variable):
+                    variable.assign_add = _in_place(variable, "assign_add")
+                    variable.assign_sub = _in_place(variable, "assign_sub")
+                    variable.assign = _assigned_as_added(variable)
+            return original(*args, **kwargs)
+
+        return run
+
+    for name in ("make_train_function", "make_test_function"):
+        base.wrap_method(model, name, before)
+
+
+def _stored(variable):
+    """The engine's variable under a Keras metric variable (on the CPU)."""
+    import tensorflow as tf
+
+    stored = getattr(variable, "value", None)
+    if not isinstance(stored, tf.Variable):
+        raise versions.moved(f"{type(variable).__name__}.value (the tf.Variable it holds)")
+    return stored
+
+
+def _in_place(variable, name):
+    import tensorflow as tf
+
+    stored = _stored(variable)
+
+    def update(delta):
+        return getattr(stored, name)(tf.cast(delta, stored.dtype))
+
+    return update
+
+
+def _assigned_as_added(variable):
+    """`assign(new)` in a replica's step: adds `new - stored`, which the
+    engine sums over the replicas once; elsewhere (a reset) an assignment."""
+    import tensorflow as tf
+
+    stored = _stored(variable)
+    assign = variable.assign
+
+    def update(value):
+        if tf.distribute.in_cross_replica_context():
+            return assign(value)
+        value = tf.cast(value, stored.dtype)
+        return stored.assign_add(value - tf.identity(stored))
+
+    return update

@@ -1,0 +1,23 @@
+"""tf-multi-worker: a step's logs across workers (Keras 3.13-3.16).
+
+Keras averages each step's logs over the workers along axis 0, which a
+scalar metric does not have ("Invalid reduction dimension 0"): each replica
+reports its values with a leading axis of 1, so the average over that axis
+is the average over the replicas, whatever the shape. The wrapped methods
+are the documented train_step and test_step.
+"""
+from agnostic.strategies import base
+
+
+def one_value_per_replica(model):
+    """Each replica reports its logs with a leading axis of 1."""
+    import tensorflow as tf
+
+    def reshaped(original):
+        def run(data):
+            return tf.nest.map_structure(lambda v: tf.expand_dims(v, 0), original(data))
+
+        return run
+
+    for name in ("train_step", "test_step"):
+        base.wrap_method(model, name, reshaped)

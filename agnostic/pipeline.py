@@ -1,0 +1,227 @@
+"""What every returned model does around Keras's own methods, in one place.
+
+A call of the returned model's `fit` runs, top to bottom:
+
+1. check: every batch splits evenly over the replicas (before any work);
+2. shard: where each process feeds its own data (torch-ddp, JAX processes),
+   `validation_split` is cut as one device cuts it, then this process takes
+   its part of every global batch of x, y, sample_weight and validation_data;
+3. chief only: the other processes show nothing and skip file-writing
+   callbacks (CSVLogger, TensorBoard);
+4. backups: BackupAndRestore is swapped for the atomic one (the chief writes,
+   every process restores the chief's);
+5. scope: Keras's fit runs in the engine's scope (JAX: the model's own
+   distribution, as several may coexist);
+6. weights back: the trained weights are copied into the template, also when
+   fit is interrupted, as the legacy `multi_gpu_model` did.
+
+`evaluate` runs 1, 2, 3 and 5 (not for fit's own validation, sharded
+already); `predict` 1, 3 and 5 (where each process feeds its own data, every
+process predicts everything: no split to check); `train_on_batch` and
+`test_on_batch` 1, 2 (this process's part of the batch) and 5;
+`predict_on_batch` as `predict`, without 3. Files:
+`save`, `save_weights` and `export` write atomically on the chief only, each
+followed by a barrier across processes; `load_weights` names a broken file.
+"""
+from agnostic import backup, batching, checkpoints, collectives, sharding
+from agnostic.compat import keras_fit
+from agnostic.strategies import base
+
+
+class Processes:
+    """This process's place among several: `rank` of `world`. `barrier()` and
+    `share(value)` (see collectives) are the strategy's; `shards`: each
+    process feeds its own part of the data (False where the engine splits
+    it, as TensorFlow's workers do)."""
+
+    def __init__(self, rank, world, barrier, share, shards=True):
+        self.rank, self.world = rank, world
+        self.barrier, self.share, self.shards = barrier, share, shards
+        self.is_chief = rank == 0
+
+
+ONE_PROCESS = Processes(0, 1, None, None, shards=False)
+
+
+def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
+    """Wraps `model` (the one backend_agnostic_compile returns) as above;
+    `template` is the model the program passed, `replicas` the number of
+    devices over all processes, `scope` a factory of the engine's scope."""
+    enter = scope or _no_scope
+
+    def fit(original):
+        def run(*args, **kwargs):
+            given = batching.named_arguments(original, args, kwargs)
+            if given is None:
+                return original(*args, **kwargs)  # Keras reports the wrong call
+            batching.check_call("fit", original, replicas, (), given)
+            if processes.shards:
+                _shard_fit(given, processes)
+            _chief_only(given, processes)
+            if given.get("callbacks"):
+                given["callbacks"] = backup.swap_callbacks(given["callbacks"],
+                                                           processes.is_chief)
+            try:
+                with enter():
+                    return original(**given)
+            finally:
+                if model is not template:
+                    template.set_weights(model.get_weights())
+
+        return run
+
+    def evaluate(original):
+        def run(*args, **kwargs):
+            given = batching.named_arguments(original, args, kwargs)
+            if given is None or keras_fit.is_fits_validation(given):
+                return original(*args, **kwargs)  # fit's own data: done by fit
+            batching.check_call("evaluate", original, replicas, (), given)
+            if processes.shards:
+                x, y = given.pop("x", None), given.pop("y", None)
+                given["x"], given["y"], _ = sharding.shard_inputs(
+                    "evaluate", x, y, given, processes.rank, processes.world)
+            _chief_only(given, processes)
+            with enter():
+                return original(**given)
+
+        return run
+
+    def predict(original):
+        def run(*args, **kwargs):
+            given = batching.named_arguments(original, args, kwargs)
+            if given is None:
+                return original(*args, **kwargs)
+            if not processes.shards:  # else every process predicts everything
+                batching.check_call("predict", original, replicas, (), given)
+            _chief_only(given, processes)
+            with enter():
+                return original(**given)
+
+        return run
+
+    def on_batch(method_name):
+        def wrapper(original):
+            def run(*args, **kwargs):
+                given = batching.named_arguments(original, args, kwargs)
+                if given is None or processes.shards and method_name == "predict_on_batch":
+                    with enter():  # every process predicts everything
+                        return original(*args, **kwargs)
+                batching.check_call(method_name, original, replicas, (), given)
+                if processes.shards:  # this process's part of the batch
+                    sharding.take_part(given, ("x", "y", "sample_weight"),
+                                       processes.rank, processes.world)
+                with enter():
+                    return original(**given)
+
+            return run
+
+        return wrapper
+
+    if template is not model:
+        model.__dict__["_agnostic_template"] = _TemplateLink(template)
+    base.wrap_method(model, "fit", fit)
+    base.wrap_method(model, "evaluate", evaluate)
+    base.wrap_method(model, "predict", predict)
+    for method_name in ("train_on_batch", "test_on_batch", "predict_on_batch"):
+        base.wrap_method(model, method_name, on_batch(method_name))
+    guard_files(model, processes)
+    if template is not model:
+        # The template receives the weights: the script may save it instead.
+        guard_files(template, processes)
+
+
+def _shard_fit(given, processes):
+    """Step 2 for fit: validation_split cut before sharding, as one device
+    cuts it, then this process's part of the training and validation data."""
+    rank, world = processes.rank, processes.world
+    x, y = given.pop("x", None), given.pop("y", None)
+    split = given.pop("validation_split", 0.0) or 0.0
+    if split and batching.num_samples(x) is not None:
+        x, y, given["validation_data"] = sharding.split_validation(x, y, given, split)
+    batch_size = given.get("batch_size")
+    given["x"], given["y"], _ = sharding.shard_inputs("fit", x, y, given, rank, world)
+    validation = given.get("validation_data")
+    if isinstance(validation, (list, tuple)) and validation:
+        val_batch = (given.get("validation_batch_size") or batch_size
+                     or batching.DEFAULT_BATCH_SIZE)
+        val_x, rest = sharding.shard("fit (validation_data)", validation[0],
+                                     list(validation[1:]), val_batch, rank, world)
+        given["validation_data"] = (val_x,) + tuple(rest)
+        given["validation_batch_size"] = val_batch // world
+
+
+# File-writing callbacks that only the chief runs.
+QUIET_CALLBACKS = ("CSVLogger", "TensorBoard", "ProgbarLogger")
+
+
+def _chief_only(given, processes):
+    """Step 3: only the chief shows progress and writes logs."""
+    if not processes.is_chief:
+        given["verbose"] = 0
+        callbacks = given.get("callbacks") or []
+        given["callbacks"] = [c for c in callbacks if type(c).__name__ not in QUIET_CALLBACKS]
+
+
+class _TemplateLink:
+    """Holds the returned model's template out of Keras's sight: Keras saves
+    every layer it finds among a model's attributes, and a file would hold
+    the template's weights a second time."""
+
+    def __init__(self, template):
+        self.template = template
+
+
+def template_of(model):
+    """The model passed to backend_agnostic_compile, for a returned model."""
+    link = model.__dict__.get("_agnostic_template")
+    return link.template if link is not None else None
+
+
+def guard_files(model, processes=ONE_PROCESS):
+    """Atomic saves on the chief, none elsewhere; loads that name bad files.
+
+    With several processes, `barrier()` follows every save on every process,
+    so that a file any process opens afterwards is the one just written, and
+    `share(value)` returns the chief's value on every process (see
+    agnostic/collectives.py): BackupAndRestore restores the chief's backup
+    everywhere with it, so that only the chief's disk needs one."""
+    collectives.attach(model, processes.share)
+    if model.__dict__.get("_agnostic_files_guarded"):
+        return  # the returned model's template, guarded already
+    model.__dict__["_agnostic_files_guarded"] = True
+    for name in ("save", "save_weights", "export"):
+        if hasattr(model, name):
+            if processes.is_chief:
+                if name != "export":  # export writes a folder
+                    base.wrap_method(model, name, checkpoints.atomic)
+            else:
+                base.wrap_method(model, name, lambda original: _skip)
+            if processes.barrier is not None:
+                base.wrap_method(model, name, _followed_by(processes.barrier))
+    if hasattr(model, "load_weights"):
+        base.wrap_method(model, "load_weights", checkpoints.checked_load)
+
+
+def _skip(*args, **kwargs):
+    return None
+
+
+def _followed_by(barrier):
+    def wrapper(original):
+        def run(*args, **kwargs):
+            try:
+                return original(*args, **kwargs)
+            finally:  # the chief's failed save must not leave the others waiting
+                barrier()
+
+        return run
+
+    return wrapper
+
+
+class _no_scope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

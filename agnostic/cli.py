@@ -24,7 +24,11 @@ def info(out=sys.stdout):
     """Prints the backend, engine versions, devices and the plan."""
     from agnostic import errors, plan
 
+    from agnostic import devices as devices_lib
+
     print(f"python: {sys.version.split()[0]}", file=out)
+    engine, source = devices_lib.backend_source()
+    print(f"engine: {engine} ({source}; switch with KERAS_BACKEND=...)", file=out)
     for name in ENGINES:
         version = next(filter(None, map(_version, DISTRIBUTIONS.get(name, (name,)))), None)
         if name == "keras":
@@ -46,6 +50,8 @@ def info(out=sys.stdout):
           f"processes={chosen.num_processes} process_id={chosen.process_id} "
           f"devices=[{', '.join(chosen.devices)}]", file=out)
     print(f"reason: {chosen.reason}", file=out)
+    if chosen.fallback_warning:  # what backend_agnostic_compile would warn
+        print(f"warning: {chosen.fallback_warning}", file=out)
     return 0
 
 
@@ -54,6 +60,9 @@ def main(argv=None):
         prog="agnostic",
         description="One Keras training script on every device and engine.",
     )
+    from agnostic import __version__
+
+    parser.add_argument("--version", action="version", version=f"agnostic {__version__}")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("info", help="backend, engine versions, devices and the plan")
     _add_launch(commands)

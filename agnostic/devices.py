@@ -4,6 +4,7 @@ Each engine's lister imports the engine; nothing here runs at import time.
 """
 import dataclasses
 import importlib
+import importlib.util
 import json
 import os
 from typing import Tuple
@@ -45,17 +46,52 @@ def requested_cpu_devices(environ=None):
     return value
 
 
+# The engines Keras can run on (keras-mxnet: mxnet).
+KNOWN_ENGINES = ("tensorflow", "jax", "torch", "numpy", "openvino", "mxnet")
+
+
 def current_backend():
-    """The engine Keras runs on (imports keras)."""
-    try:
-        keras = importlib.import_module("keras")
-    except ImportError as error:
+    """The engine Keras runs on (imports keras). Raises EngineUnavailableError
+    naming the engine, where its name came from, and the fix."""
+    name, source = backend_source()
+    if name not in KNOWN_ENGINES:
+        raise errors.EngineUnavailableError(
+            f"{source.replace('from ', '', 1)} names the engine {name!r}, which Keras "
+            "does not know. Use one "
+            f"of: {', '.join(KNOWN_ENGINES)}, e.g. KERAS_BACKEND=jax."
+        )
+    if importlib.util.find_spec("keras") is None:
         raise errors.EngineUnavailableError(
             "agnostic needs Keras, which is not installed. Install it with an "
             "engine, e.g. `pip install agnostic[tensorflow]` or "
-            f"`pip install agnostic[jax]`. ({error})"
+            "`pip install agnostic[jax]`."
+        )
+    try:
+        keras = importlib.import_module("keras")
+    except ImportError as error:
+        installed = [e for e in KNOWN_ENGINES[:3] if importlib.util.find_spec(e) is not None]
+        switch = (f"or choose an installed one, e.g. KERAS_BACKEND={installed[0]} (installed: "
+                  f"{', '.join(installed)})" if installed else
+                  "e.g. `pip install agnostic[jax]`")
+        raise errors.EngineUnavailableError(
+            f"Keras is installed, and its engine is {name} ({source}), which cannot be "
+            f"imported: {error}. Install {name}, {switch}."
         ) from error
     return keras.backend.backend()
+
+
+def backend_source(environ=None):
+    """The engine Keras will pick and where that comes from: KERAS_BACKEND,
+    the keras.json file Keras reads, or Keras's default."""
+    environ = os.environ if environ is None else environ
+    name = configured_backend(environ)
+    if environ.get("KERAS_BACKEND"):
+        return name, "from KERAS_BACKEND"
+    home = environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    path = os.path.join(home, "keras.json")
+    if os.path.exists(path):
+        return name, f"from {path}"
+    return name, "from Keras's default, with KERAS_BACKEND unset and no keras.json"
 
 
 def _tensorflow(environment=None):

@@ -23,7 +23,7 @@ process predicts everything: no split to check); `train_on_batch` and
 `save`, `save_weights` and `export` write atomically on the chief only, each
 followed by a barrier across processes; `load_weights` names a broken file.
 """
-from agnostic import backup, batching, checkpoints, collectives, sharding
+from agnostic import backup, batching, checkpoints, collectives, errors, sharding
 from agnostic.compat import keras_fit
 from agnostic.strategies import base
 
@@ -55,6 +55,8 @@ def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
             if given is None:
                 return original(*args, **kwargs)  # Keras reports the wrong call
             batching.check_call("fit", original, replicas, (), given)
+            if model is not template and not template.weights:
+                _build_both(template, model, given.get("x"), enter)
             if processes.shards:
                 _shard_fit(given, processes)
             _chief_only(given, processes)
@@ -128,6 +130,38 @@ def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
     if template is not model:
         # The template receives the weights: the script may save it instead.
         guard_files(template, processes)
+
+
+def _build_both(template, model, x, enter):
+    """Before fit, for a template without weights (a Sequential without an
+    Input, a subclassed model never called): Keras builds it from the first
+    batch, drawing the initial weights from its layers' own seeds. The
+    template is built so from the first sample, and the copy in the engine's
+    scope gets its weights (its layers, cloned, drew other seeds)."""
+    import keras
+
+    if not batching.num_samples(x):
+        raise errors.NotSupportedError(
+            f"{type(template).__name__} has no weights yet, and Keras would build "
+            "it from the first batch; from this input (not arrays) agnostic cannot "
+            "build it first with one device's initial weights. Build it before "
+            "backend_agnostic_compile: start a Sequential with keras.Input(shape), "
+            "or call model.build(input_shape) or model(x[:1]) once."
+        )
+    first = sharding.take(x, [0])
+    if isinstance(template, keras.Sequential) and not isinstance(first, (dict, list, tuple)):
+        template.build((None,) + tuple(first.shape[1:]))
+    else:
+        template(first)
+    with enter(), _strategy_scope(model):
+        model(first)
+    model.set_weights(template.get_weights())
+
+
+def _strategy_scope(model):
+    """The scope of the tf.distribute strategy a TensorFlow model was made in."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return strategy.scope() if strategy is not None else _no_scope()
 
 
 def _shard_fit(given, processes):

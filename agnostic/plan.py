@@ -80,7 +80,7 @@ class Plan:
     def describe(self):
         devices = ", ".join(self.devices)
         return (
-            f"agnostic plan: backend={self.backend} strategy={self.strategy} "
+            f"plan: backend={self.backend} strategy={self.strategy} "
             f"replicas={self.num_replicas} environment={self.environment} "
             f"devices=[{devices}]: {self.reason}"
         )
@@ -104,6 +104,7 @@ def resolve(gpus=None, cpu_relocation=False):
         LaunchError: a scheduler's variables are wrong.
     """
     check_gpus_type(gpus)
+    devices_lib.requested_cpu_devices()  # a bad value: its error, before anything
     backend = devices_lib.current_backend()
     job = cluster.job(backend)
     return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation)

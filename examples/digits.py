@@ -7,12 +7,17 @@ The same file runs on every engine:
     KERAS_BACKEND=mxnet AGNOSTIC_CPU_DEVICES=2 python3.8 examples/digits.py
 """
 import logging
+import os
 
-import keras
-import numpy as np
-from sklearn.datasets import load_digits
+# TensorFlow's own start-up messages (oneDNN, CPU instructions): not this
+# program's business. Remove the line to see them.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import agnostic
+import keras  # noqa: E402  (after the variable above)
+import numpy as np  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+import agnostic  # noqa: E402
 
 logging.basicConfig(format="%(name)s: %(message)s")
 logging.getLogger("agnostic").setLevel(logging.INFO)  # the plan, once
@@ -46,5 +51,4 @@ parallel.fit(x_train, y_train, batch_size=64, epochs=15, verbose=2)
 loss, accuracy = parallel.evaluate(x_test, y_test, batch_size=64, verbose=0)
 
 plan = agnostic.resolve()
-print(f"plan: {plan.strategy} on {plan.num_replicas} device(s): {', '.join(plan.devices)}")
-print(f"test accuracy: {accuracy:.3f}")
+print(f"test accuracy: {accuracy:.3f} ({plan.strategy} on {plan.num_replicas} device(s))")

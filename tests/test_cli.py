@@ -43,6 +43,83 @@ def test_info_reports_versions_and_the_plan():
     assert "reason: " in result.stdout
 
 
+def info_with(tmp_path, **variables):
+    """`agnostic info` in a real process, with these variables (None: unset)
+    and its own KERAS_HOME."""
+    env = dict(os.environ, KERAS_HOME=str(tmp_path))
+    for name, value in variables.items():
+        env.pop(name, None)
+        if value is not None:
+            env[name] = value
+    return subprocess.run([sys.executable, "-m", "agnostic", "info"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=env)
+
+
+def keras_is_installed():
+    import importlib.util
+
+    return importlib.util.find_spec("keras") is not None
+
+
+def test_info_names_an_unknown_engine_without_a_traceback(tmp_path):
+    result = info_with(tmp_path, KERAS_BACKEND="jaxx")
+    assert result.returncode == 1
+    assert "engine: jaxx (from KERAS_BACKEND" in result.stdout
+    assert ("plan: unavailable: KERAS_BACKEND names the engine 'jaxx', which Keras does "
+            "not know. Use one of: tensorflow, jax, torch") in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_info_says_where_the_engine_comes_from_and_how_to_switch(tmp_path):
+    # KERAS_BACKEND unset: Keras reads keras.json, here naming an engine this
+    # environment does not have (openvino is in no tox environment).
+    (tmp_path / "keras.json").write_text('{"backend": "openvino"}')
+    result = info_with(tmp_path, KERAS_BACKEND=None)
+    path = str(tmp_path / "keras.json")
+    assert f"engine: openvino (from {path}; switch with KERAS_BACKEND=...)" in result.stdout
+    assert result.returncode == 1
+    if keras_is_installed():
+        assert (f"plan: unavailable: Keras is installed, and its engine is openvino (from "
+                f"{path}), which cannot be imported") in result.stdout
+        assert "Install openvino, or choose an installed one, e.g. KERAS_BACKEND=" \
+            in result.stdout
+    else:
+        assert "plan: unavailable: agnostic needs Keras, which is not installed" \
+            in result.stdout
+    # Neither variable nor file: Keras's default, said so.
+    (tmp_path / "keras.json").unlink()
+    default = info_with(tmp_path, KERAS_BACKEND=None)
+    assert "engine: tensorflow (from Keras's default" in default.stdout
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2"])
+def test_info_names_a_bad_cpu_device_count(tmp_path, value):
+    result = info_with(tmp_path, AGNOSTIC_CPU_DEVICES=value)
+    assert result.returncode == 1
+    assert ("plan: unavailable: AGNOSTIC_CPU_DEVICES must be a whole number of CPU devices, "
+            f"1 or more, such as AGNOSTIC_CPU_DEVICES=4. Received: AGNOSTIC_CPU_DEVICES="
+            f"{value!r}") in result.stdout
+
+
+def test_info_shows_the_single_device_warning_with_its_fix(tmp_path):
+    if not keras_is_installed():
+        pytest.skip("no engine in this environment: no plan to show")
+    # No GPU visible (also on a machine that has some), no CPU split.
+    result = info_with(tmp_path, AGNOSTIC_CPU_DEVICES=None, CUDA_VISIBLE_DEVICES="")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "plan: strategy=single-device" in result.stdout
+    assert "warning: " in result.stdout and "AGNOSTIC_CPU_DEVICES=N" in result.stdout
+
+
+def test_version(capsys):
+    import agnostic
+
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.strip() == f"agnostic {agnostic.__version__}"
+
+
 def test_console_script_is_installed():
     script = os.path.join(os.path.dirname(sys.executable), "agnostic")
     result = run_info(script, "info")

@@ -139,6 +139,12 @@ def test_arrays_shuffled_with_a_seed_give_one_device_batches(tmp_path):
     assert_same_training(plain, agnostic)
 
 
+def test_a_sequential_without_an_input_is_built_from_the_first_batch(tmp_path):
+    plain, agnostic = run_both("unbuilt_sequential", tmp_path)
+    assert_same_training(plain, agnostic)
+    np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
+
+
 @pytest.mark.parametrize("shuffle", ["0", "1"])
 def test_a_pydataset_trains_like_one_device(shuffle, tmp_path):
     plain, agnostic = run_both("pydataset", tmp_path, env={"PROGRAM_SHUFFLE": shuffle},

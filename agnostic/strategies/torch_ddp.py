@@ -52,7 +52,7 @@ class TorchDDPStrategy(base.Strategy):
         if not torch_batch_norm.synchronize(template, self.sync_batch_norm):
             _average_moving_statistics(template, group.world_size)
         if torch_keras_ddp.keras_averages_gradients(template):
-            logger.info("agnostic: Keras %s trains under DistributedDataParallel itself; "
+            logger.info("Keras %s trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.", keras_version())
         else:
             _average_gradients(template, group.world_size)
@@ -77,7 +77,7 @@ def _leave_group():
         try:
             dist.destroy_process_group()
         except Exception as error:  # exiting anyway; say so, do not fail
-            logger.debug("agnostic: ending the process group at exit: %s", error)
+            logger.debug("ending the process group at exit: %s", error)
 
 
 def _device_indexes(plan):
@@ -197,7 +197,7 @@ class GradientSteps:
         next step. This step's gradients are averaged here instead, and so are
         every later step's, without the overlap."""
         unused = [v.path for v in variables if v.value.grad is None]
-        logger.info("agnostic: %d trainable weights of %s got no gradient (%s); its "
+        logger.info("%d trainable weights of %s got no gradient (%s); its "
                     "gradients are averaged when the optimizer gets them, not "
                     "during backward.", len(unused), self.model.name, ", ".join(unused[:3]))
         self.parallel, self.whole = None, False

@@ -42,6 +42,26 @@ def join_seconds():
     return int(raw) if raw.isdigit() and int(raw) > 0 else 60
 
 
+def check_variables(environ=None):
+    """Raises LaunchError for a value of AGNOSTIC_JOIN or AGNOSTIC_JOIN_SECONDS
+    that means nothing (at start-up they fall back to their defaults, since
+    nothing can be raised there)."""
+    environ = os.environ if environ is None else environ
+    flag = environ.get(JOIN_FLAG, "").strip()
+    if flag not in ("", "0", "1"):
+        raise errors.LaunchError(
+            f"{JOIN_FLAG} must be 1 (join the scheduler's job even when the main "
+            "script does not name agnostic) or 0 (never join); unset, programs that "
+            f"use agnostic join. Received: {JOIN_FLAG}={flag!r}"
+        )
+    seconds = environ.get(JOIN_VARIABLE, "").strip()
+    if seconds and not (seconds.isdigit() and int(seconds) > 0):
+        raise errors.LaunchError(
+            f"{JOIN_VARIABLE} must be a whole number of seconds, 1 or more (default "
+            f"60), such as {JOIN_VARIABLE}=300. Received: {JOIN_VARIABLE}={seconds!r}"
+        )
+
+
 def _split_tensorflow(tf, count):
     cpus = tf.config.list_physical_devices("CPU")
     configured = len(tf.config.get_logical_device_configuration(cpus[0]) or ())

@@ -4,7 +4,7 @@ import logging
 import warnings
 from typing import Optional, Sequence, Tuple
 
-from agnostic import cluster
+from agnostic import _startup, cluster
 from agnostic import devices as devices_lib
 from agnostic import errors
 
@@ -104,7 +104,9 @@ def resolve(gpus=None, cpu_relocation=False):
         LaunchError: a scheduler's variables are wrong.
     """
     check_gpus_type(gpus)
-    devices_lib.requested_cpu_devices()  # a bad value: its error, before anything
+    # A bad value of a variable agnostic reads: its error, before anything.
+    devices_lib.requested_cpu_devices()
+    _startup.check_variables()
     backend = devices_lib.current_backend()
     job = cluster.job(backend)
     return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation)

@@ -147,6 +147,21 @@ def test_bad_cpu_devices_variable(raw):
         devices.requested_cpu_devices({"AGNOSTIC_CPU_DEVICES": raw})
 
 
+@pytest.mark.parametrize("name, value, message", [
+    ("AGNOSTIC_CPU_DEVICES", "abc", "AGNOSTIC_CPU_DEVICES must be a whole number"),
+    ("AGNOSTIC_JOIN", "yes", "AGNOSTIC_JOIN must be 1 (join"),
+    ("AGNOSTIC_JOIN_SECONDS", "0", "AGNOSTIC_JOIN_SECONDS must be a whole number of seconds"),
+    ("AGNOSTIC_JOIN_SECONDS", "1m", "Received: AGNOSTIC_JOIN_SECONDS='1m'"),
+])
+def test_resolve_names_a_bad_variable_before_anything(monkeypatch, name, value, message):
+    # Read at start-up, where nothing can be raised, they fall back to their
+    # defaults there; the plan refuses them with their value and the fix.
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(devices, "current_backend", lambda: pytest.fail("looked further"))
+    with pytest.raises(agnostic.AgnosticError, match=message.replace("(", r"\(")):
+        agnostic.resolve()
+
+
 def test_configured_backend_reads_the_variable_then_keras_json(tmp_path):
     assert devices.configured_backend({"KERAS_BACKEND": "jax"}) == "jax"
     (tmp_path / "keras.json").write_text('{"backend": "torch"}')

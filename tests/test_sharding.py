@@ -50,3 +50,18 @@ def test_a_batch_is_taken_in_parts_by_name():
     sharding.take_part(given, ("x", "y", "sample_weight"), rank=1, world_size=4)
     assert given["x"].tolist() == [2, 3] and given["y"].tolist() == [20, 30]
     assert given["sample_weight"] is None
+
+
+def test_input_that_cannot_be_sharded_names_what_can():
+    import agnostic
+
+    class Stream:  # an iterable whose samples cannot be counted, say a tf.data pipeline
+        def __iter__(self):
+            return iter(())
+
+    with pytest.raises(agnostic.UnsupportedInputError) as caught:
+        sharding.shard("fit", Stream(), [None], 32, rank=0, world_size=2)
+    message = str(caught.value)
+    assert "Received: x of type Stream" in message
+    assert "keras.utils.PyDataset" in message and "generator" in message
+    assert "NumPy arrays" in message

@@ -68,8 +68,9 @@ def current_backend():
         )
     try:
         keras = importlib.import_module("keras")
-    except ImportError as error:
-        installed = [e for e in KNOWN_ENGINES[:3] if importlib.util.find_spec(e) is not None]
+    except (ImportError, ValueError) as error:  # keras-mxnet: ValueError
+        installed = [e for e in ("tensorflow", "jax", "torch", "mxnet")
+                     if importlib.util.find_spec(e) is not None]
         switch = (f"or choose an installed one, e.g. KERAS_BACKEND={installed[0]} (installed: "
                   f"{', '.join(installed)})" if installed else
                   "e.g. `pip install agnostic[jax]`")

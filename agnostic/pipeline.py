@@ -24,7 +24,7 @@ process predicts everything: no split to check); `train_on_batch` and
 followed by a barrier across processes; `load_weights` names a broken file.
 """
 from agnostic import backup, batching, checkpoints, collectives, errors, sharding
-from agnostic.compat import keras_fit
+from agnostic.compat import jax_on_batch, keras_fit
 from agnostic.strategies import base
 
 
@@ -112,6 +112,8 @@ def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
                 if processes.shards:  # this process's part of the batch
                     sharding.take_part(given, ("x", "y", "sample_weight"),
                                        processes.rank, processes.world)
+                if method_name != "predict_on_batch":
+                    jax_on_batch.fill_sample_weight(given)
                 with enter():
                     return original(**given)
 

@@ -10,7 +10,7 @@ from agnostic import errors
 
 logger = logging.getLogger("agnostic")
 
-SINGLE_DEVICE_NAME = "single-device"
+SINGLE_DEVICE = "single-device"
 # The strategy that spreads one engine over several devices. An engine that is
 # not here trains on one device with a SingleDeviceWarning.
 MULTI_DEVICE = {
@@ -28,7 +28,7 @@ TF_MULTI_WORKER = "tf-multi-worker"
 TF_CENTRAL_STORAGE = "tf-central-storage"
 # Why cpu_relocation=True changes nothing with a strategy.
 NOT_RELOCATED = {
-    SINGLE_DEVICE_NAME: "the one device already holds the only copy of the variables",
+    SINGLE_DEVICE: "the one device already holds the only copy of the variables",
     TF_MULTI_WORKER: "each TensorFlow worker keeps its own copy of the variables",
     "jax-data-parallel": "keras.distribution keeps the variables on every device",
     "torch-ddp": "each process keeps its own copy of the variables on its device",
@@ -41,7 +41,6 @@ NOTES = {
         "the last releases); this path keeps existing keras-mxnet code working."
     ),
 }
-SINGLE_DEVICE = SINGLE_DEVICE_NAME
 NO_ENVIRONMENT = "none"
 
 
@@ -175,7 +174,7 @@ def _runtime(plan, cpu_relocation):
             strategy = TF_CENTRAL_STORAGE
     unused = None
     if cpu_relocation and strategy != TF_CENTRAL_STORAGE:
-        unused = NOT_RELOCATED.get(strategy, NOT_RELOCATED[SINGLE_DEVICE_NAME])
+        unused = NOT_RELOCATED.get(strategy, NOT_RELOCATED[SINGLE_DEVICE])
     return dataclasses.replace(plan, strategy=strategy, relocation_unused=unused)
 
 

@@ -20,11 +20,13 @@ from agnostic.errors import (
     LaunchError,
     ModelCopyError,
     NotSupportedError,
+    PlacementWarning,
     SingleDeviceWarning,
     UnaveragedGradientsWarning,
     UnsupportedInputError,
     UntestedVersionWarning,
 )
+from agnostic.placement import device
 from agnostic.plan import Plan, resolve
 
 __version__ = "0.1.0"
@@ -40,11 +42,13 @@ __all__ = [
     "ModelCopyError",
     "NotSupportedError",
     "Plan",
+    "PlacementWarning",
     "SingleDeviceWarning",
     "UnaveragedGradientsWarning",
     "UnsupportedInputError",
     "UntestedVersionWarning",
     "backend_agnostic_compile",
+    "device",
     "load_model",
     "resolve",
 ]

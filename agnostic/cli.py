@@ -52,6 +52,10 @@ def info(out=sys.stdout):
     print(f"reason: {chosen.reason}", file=out)
     if chosen.fallback_warning:  # what backend_agnostic_compile would warn
         print(f"warning: {chosen.fallback_warning}", file=out)
+    from agnostic import placement
+
+    listing = devices_lib.list_devices(chosen.backend)
+    print(f"placements: {placement.describe(chosen.backend, listing)}", file=out)
     return 0
 
 

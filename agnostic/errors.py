@@ -53,3 +53,8 @@ class NotSupportedError(AgnosticError, NotImplementedError):
 
 class UntestedVersionWarning(UserWarning):
     """The installed Keras is outside the versions agnostic is tested on."""
+
+
+class PlacementWarning(UserWarning):
+    """The model's agnostic.device() placements do not run exactly as
+    written on this engine (said with what runs instead)."""

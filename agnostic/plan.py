@@ -4,7 +4,7 @@ import logging
 import warnings
 from typing import Optional, Sequence, Tuple
 
-from agnostic import _startup, cluster
+from agnostic import _startup, cluster, placement
 from agnostic import devices as devices_lib
 from agnostic import errors
 
@@ -75,17 +75,28 @@ class Plan:
     relocation_unused: Optional[str] = dataclasses.field(
         default=None, compare=False, repr=False
     )
+    # Device parallelism: (call label, device name) for each call placed
+    # with agnostic.device(), in the order the model runs them.
+    placements: Tuple[Tuple[str, str], ...] = ()
+    # Why the placements do not run as written, if so (not part of equality).
+    placement_warning: Optional[str] = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
     def describe(self):
         devices = ", ".join(self.devices)
+        placed = ""
+        if self.placements:
+            placed = " placements=[" + ", ".join(
+                f"{call} -> {device}" for call, device in self.placements) + "]"
         return (
             f"plan: backend={self.backend} strategy={self.strategy} "
             f"replicas={self.num_replicas} environment={self.environment} "
-            f"devices=[{devices}]: {self.reason}"
+            f"devices=[{devices}]{placed}: {self.reason}"
         )
 
 
-def resolve(gpus=None, cpu_relocation=False):
+def resolve(gpus=None, cpu_relocation=False, model=None):
     """Looks at the engine and its devices and decides how to train.
 
     Args:
@@ -93,6 +104,8 @@ def resolve(gpus=None, cpu_relocation=False):
             list of device ids (the legacy `multi_gpu_model` meaning).
         cpu_relocation: as for backend_agnostic_compile (TensorFlow on one
             machine: tf-central-storage).
+        model: the model to train, when it places its layers with
+            agnostic.device(): the plan then says where each placed call runs.
 
     Returns:
         A frozen `Plan`.
@@ -108,7 +121,9 @@ def resolve(gpus=None, cpu_relocation=False):
     _startup.check_variables()
     backend = devices_lib.current_backend()
     job = cluster.job(backend)
-    return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation)
+    placed = placement.requested(model) if model is not None else ()
+    return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
+                  placed)
 
 
 def check_gpus_type(gpus):
@@ -152,15 +167,37 @@ def check_gpus_type(gpus):
         )
 
 
-def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False):
+def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False,
+           placements=()):
     """The pure decision: engine name, devices found, `gpus`, the job of
-    several processes this one belongs to (an agnostic.cluster.Environment)
-    and cpu_relocation, to a Plan naming what will run."""
+    several processes this one belongs to (an agnostic.cluster.Environment),
+    cpu_relocation and the model's agnostic.device() placements (see
+    placement.requested), to a Plan naming what will run."""
     check_gpus_type(gpus)
+    if placements and backend in placement.DEVICE_PARALLEL:
+        return _placed(backend, listing, gpus, environment, placements, cpu_relocation)
     plan = _runtime(_decide(backend, listing, gpus, environment), cpu_relocation)
+    if placements:
+        plan = dataclasses.replace(plan, placement_warning=(
+            f"The model's agnostic.device() placements are ignored: Keras engine "
+            f"'{backend}' has no device placement in agnostic. Use KERAS_BACKEND="
+            f"{', '.join(sorted(placement.DEVICE_PARALLEL))} to place layers."))
     if environment is None:
         return plan
     return dataclasses.replace(plan, environment=environment.name)
+
+
+def _placed(backend, listing, gpus, environment, placements, cpu_relocation):
+    layout = placement.decide(backend, listing, gpus, environment, placements)
+    names = {placement.HOST: listing.host}
+    names.update((i, name) for i, name in enumerate(listing.devices))
+    unused = None
+    if cpu_relocation:
+        unused = "each placed layer keeps its variables on the device of its first call"
+    return Plan(backend, placement.DEVICE_PARALLEL[backend], layout.devices, layout.replicas,
+                reason=layout.reason, relocation_unused=unused,
+                placements=tuple((call, names[i]) for call, i in placements),
+                placement_warning=layout.warning)
 
 
 def _runtime(plan, cpu_relocation):
@@ -200,7 +237,7 @@ def _decide(backend, listing, gpus, environment):
         return _single(backend, listing.host, note, warn)
     if listing.num_processes > 1:
         return _spanning(backend, strategy, listing, gpus)
-    chosen = _choose(found, gpus, listing)
+    chosen = choose(found, gpus, listing)
     if len(chosen) < 2:
         if gpus is None:
             note = (
@@ -246,7 +283,7 @@ def _spanning(backend, strategy, listing, gpus):
     if asked is not None and asked != len(found):
         raise errors.DeviceRequestError(
             f"This process is one of {listing.num_processes} processes that train "
-            f"together on {len(found)} devices ({_names(found)}); gpus={gpus!r} asks "
+            f"together on {len(found)} devices ({device_names(found)}); gpus={gpus!r} asks "
             f"for {asked}. Pass gpus=None, or start the processes with "
             f"{asked} devices in all."
         )
@@ -310,7 +347,7 @@ def _count(found, listing):
     return f"{len(found)} device(s): {', '.join(found)}"
 
 
-def _choose(found: Sequence[str], gpus, listing):
+def choose(found: Sequence[str], gpus, listing):
     """The device names `gpus` selects, or raises naming what exists."""
     if gpus is None:
         return list(found)
@@ -318,25 +355,25 @@ def _choose(found: Sequence[str], gpus, listing):
         if gpus > len(found):
             raise errors.DeviceRequestError(
                 f"gpus={gpus} asks for {gpus} devices, but only {len(found)} "
-                f"exist: {_names(found)}. Pass gpus=None to use all of them, "
-                f"or a number up to {len(found)}.{_cpu_hint(listing)}"
+                f"exist: {device_names(found)}. Pass gpus=None to use all of them, "
+                f"or a number up to {len(found)}.{cpu_hint(listing)}"
             )
         return list(found[:gpus])
     missing = [d for d in gpus if d >= len(found)]
     if missing:
         raise errors.DeviceRequestError(
             f"gpus={list(gpus)!r} names device id {missing[0]}, which does "
-            f"not exist. The devices are {_names(found)} (ids 0 to "
-            f"{len(found) - 1}).{_cpu_hint(listing)}"
+            f"not exist. The devices are {device_names(found)} (ids 0 to "
+            f"{len(found) - 1}).{cpu_hint(listing)}"
         )
     return [found[d] for d in gpus]
 
 
-def _names(found):
+def device_names(found):
     return ", ".join(f"{i}: {name}" for i, name in enumerate(found))
 
 
-def _cpu_hint(listing):
+def cpu_hint(listing):
     if listing.accelerators:
         return ""
     return (
@@ -355,3 +392,5 @@ def announce(plan):
     logger.info(plan.describe())
     if plan.fallback_warning:
         warnings.warn(plan.fallback_warning, errors.SingleDeviceWarning, stacklevel=3)
+    if plan.placement_warning:
+        warnings.warn(plan.placement_warning, errors.PlacementWarning, stacklevel=3)

@@ -187,3 +187,25 @@ def test_random_layers_train_like_one_device_on_jax_and_close_elsewhere(tmp_path
     assert 0 < relative_difference(plain["weights"], agnostic["weights"]) < 5e-2
     np.testing.assert_allclose(agnostic["history"]["loss"], plain["history"]["loss"],
                                atol=5e-2)
+
+
+DEVICE_PARALLEL_REPLICAS = ["2", "4"] if ENGINE == "jax" else ["2"]
+
+
+@pytest.mark.parametrize("devices", DEVICE_PARALLEL_REPLICAS)
+def test_device_parallelism_trains_as_one_device(devices, tmp_path):
+    """The legacy example, with agnostic.device() for tf.device(): the same
+    weights as the unplaced model on one device; the template gets them, and
+    the saved file loads on one device. JAX with 4 devices: 2 replicas of
+    the 2 placed devices."""
+    plain, agnostic = run_both("device_parallel", tmp_path,
+                               env={"AGNOSTIC_TEST_REPLICAS": devices})
+    assert_same_training(plain, agnostic)
+    np.testing.assert_allclose(agnostic["by_template"], plain["predictions"], atol=1e-5)
+    np.testing.assert_allclose(agnostic["by_loaded"], agnostic["predictions"], atol=1e-6)
+    if ENGINE == "tensorflow":
+        # The shared LSTM lives where its first call ran; the branch's Dense on device 1.
+        placed = agnostic["devices"]
+        assert placed["lstm/lstm_cell/kernel"].endswith("CPU:0")
+        assert placed["branch_b/kernel"].endswith("CPU:1")
+        assert placed["branch_b/bias"].endswith("CPU:1")

@@ -12,6 +12,9 @@ STRATEGIES = {
     "jax-data-parallel": "agnostic.strategies.jax_data_parallel:JaxDataParallelStrategy",
     "mxnet-context": "agnostic.strategies.mxnet_context:MxnetContextStrategy",
     "torch-ddp": "agnostic.strategies.torch_ddp:TorchDDPStrategy",
+    "tf-device-parallel": "agnostic.strategies.device_parallel:DeviceParallelStrategy",
+    "torch-device-parallel": "agnostic.strategies.device_parallel:DeviceParallelStrategy",
+    "jax-model-parallel": "agnostic.strategies.jax_model_parallel:JaxModelParallelStrategy",
 }
 
 

@@ -22,8 +22,10 @@ class Strategy:
         raise NotImplementedError
 
 
-def build_replica_model(template, scope, compile_kwargs, clone_function=None):
-    """Clones `template` inside `scope` with its weights, and compiles it.
+def build_replica_model(template, scope, compile_kwargs, clone_function=None,
+                        call_function=None):
+    """Clones `template` inside `scope` with its weights, and compiles it
+    (`clone_function`, `call_function`: as for keras.models.clone_model).
 
     Engines create per-device variables only inside their scope, so the
     template (built anywhere) is rebuilt there; the optimizer and metric
@@ -33,7 +35,8 @@ def build_replica_model(template, scope, compile_kwargs, clone_function=None):
 
     with scope, _random_state_kept():
         try:
-            model = keras.models.clone_model(template, clone_function=clone_function)
+            model = keras.models.clone_model(template, clone_function=clone_function,
+                                             call_function=call_function)
         except Exception as error:  # clone_model raises many types
             raise errors.ModelCopyError(
                 "agnostic rebuilds the model inside the strategy's scope with "
@@ -63,10 +66,15 @@ def _same_random_seeds(template, model):
     """The copy's random layers (Dropout, augmentation) start from the
     template's seeds: their states are variables but not weights, and the
     clone drew new ones."""
+    import keras
+
     copies, originals = _states(model), _states(template)
     if len(copies) == len(originals):
         for copy, original in zip(copies, originals):
-            copy.assign(original)
+            # A copy of the value: JAX may otherwise share the template's
+            # buffer with the copy's, and training (which donates the
+            # copy's) would delete the template's.
+            copy.assign(keras.ops.convert_to_numpy(original.value))
 
 
 def _states(model):

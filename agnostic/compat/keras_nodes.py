@@ -1,0 +1,121 @@
+"""Functional models' calls, one per graph node (Keras 3.13-3.16).
+
+Keras 3 keeps no device with a layer call: a functional model runs its graph
+again at every call, in `Function._run_through_graph`, and the device scope
+active while the model was built is forgotten. Device parallelism needs
+both ends of that, and both are private:
+
+- recording: each call of a layer or operation on symbolic inputs makes a
+  graph node (`keras.src.ops.node.Node`); while agnostic.device() is active,
+  its `__init__` is wrapped to say which nodes were made;
+- running: `_run_through_graph` asks `self._get_operation_for_node(node)`
+  for what to call at each node; this model's own override returns the
+  operation run in its node's device scope.
+
+`check()` fails naming the Keras version when either moves.
+"""
+import contextlib
+import threading
+
+_LOCK = threading.Lock()
+_RECORDERS = []  # the callbacks of the active recordings, innermost last
+
+
+def check():
+    """Raises NotSupportedError naming the Keras version when the internals
+    this module relies on are not there."""
+    import keras
+
+    from agnostic import errors
+
+    try:
+        from keras.src.ops.function import Function
+        from keras.src.ops.node import Node
+    except ImportError:
+        missing = ["keras.src.ops.node.Node"]
+    else:
+        missing = [name for name, present in (
+            ("Node.__init__", callable(getattr(Node, "__init__", None))),
+            ("Function._get_operation_for_node", hasattr(Function, "_get_operation_for_node")),
+        ) if not present]
+    if missing:
+        raise errors.NotSupportedError(
+            f"agnostic.device() relies on Keras's {', '.join(missing)}, which Keras "
+            f"{keras.__version__} does not have (tested: 3.13 to 3.16). Build the model "
+            "without agnostic.device(), or use a tested Keras version."
+        )
+
+
+@contextlib.contextmanager
+def recording(on_node):
+    """Calls `on_node(node)` for every graph node made (by a layer or an
+    operation called on symbolic tensors) while this is active; the
+    innermost recording only."""
+    from keras.src.ops import node as node_lib
+
+    with _LOCK:
+        if not _RECORDERS:
+            original = node_lib.Node.__init__
+
+            def __init__(self, *args, **kwargs):
+                original(self, *args, **kwargs)
+                for recorder in _RECORDERS[-1:]:
+                    recorder(self)
+
+            __init__._agnostic_original = original
+            node_lib.Node.__init__ = __init__
+        _RECORDERS.append(on_node)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _RECORDERS.remove(on_node)
+            if not _RECORDERS:
+                node_lib.Node.__init__ = node_lib.Node.__init__._agnostic_original
+
+
+def ordered_calls(model):
+    """The model's graph nodes in the order its call runs them, each with
+    its label: the operation's name and which of its calls in this model it
+    is ("shared_lstm:1" for the second). A clone has the same labels."""
+    nodes_by_depth = getattr(model, "_nodes_by_depth", None)
+    if nodes_by_depth is None:
+        return []
+    calls, counts = [], {}
+    for depth in sorted(nodes_by_depth, reverse=True):
+        for node in nodes_by_depth[depth]:
+            if not node.operation or node.is_input:
+                continue
+            name = node.operation.name
+            calls.append((f"{name}:{counts.get(name, 0)}", node))
+            counts[name] = counts.get(name, 0) + 1
+    return calls
+
+
+def run_nodes_in(model, run_of_node):
+    """Each call of `model` runs a node through `run_of_node(node)`, a
+    function `run(operation, args, kwargs)`, or as Keras does where that is
+    None."""
+    original = model._get_operation_for_node
+
+    def get_operation_for_node(node):
+        operation = original(node)
+        run = run_of_node(node)
+        return operation if run is None else _Run(operation, run)
+
+    model._get_operation_for_node = get_operation_for_node
+
+
+class _Run:
+    """An operation called through `run`. Keras passes `training` to the
+    operations that list it in `_call_context_args`, so that is read through."""
+
+    def __init__(self, operation, run):
+        self.operation, self.run = operation, run
+
+    @property
+    def _call_context_args(self):
+        return getattr(self.operation, "_call_context_args", {})
+
+    def __call__(self, *args, **kwargs):
+        return self.run(self.operation, args, kwargs)

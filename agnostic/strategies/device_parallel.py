@@ -1,0 +1,101 @@
+"""tf-device-parallel, torch-device-parallel: each call placed with
+agnostic.device() runs on its device, in one process.
+
+The template is cloned with each placed layer built in the device scope of
+its first call, so its variables live there (a layer called again under
+another device is read from there, as TensorFlow does); then every call of
+the copy runs each placed node in its own device scope. TensorFlow copies
+tensors between devices itself; on torch, the node's tensor inputs are
+moved to its device, and the model's outputs back to where its inputs came
+from.
+"""
+import contextlib
+
+from agnostic import pipeline, placement
+from agnostic.compat import keras_nodes
+from agnostic.strategies import base
+
+
+class DeviceParallelStrategy(base.Strategy):
+    name = "device-parallel"
+
+    def compile(self, template, compile_kwargs):
+        import keras
+
+        on_torch = self.plan.backend == "torch"
+        engine_name = _torch_device if on_torch else str
+        placed = {call: engine_name(name) for call, name in self.plan.placements}
+        first = {layer: engine_name(name) for layer, name in
+                 placement.first_devices(template, self.plan.placements).items()}
+
+        def call_function(layer, *args, **kwargs):
+            if layer.name not in first:
+                return layer(*args, **kwargs)
+            with keras.device(first[layer.name]):
+                return layer(*args, **kwargs)
+
+        model = base.build_replica_model(template, contextlib.nullcontext(), compile_kwargs,
+                                         call_function=call_function)
+        devices = {id(node): placed[call] for call, node in keras_nodes.ordered_calls(model)
+                   if call in placed}
+
+        def run_of_node(node):
+            name = devices.get(id(node))
+            if name is None:
+                return None
+            return _moved_to(name) if on_torch else _scoped(name)
+
+        keras_nodes.run_nodes_in(model, run_of_node)
+        if on_torch:
+            base.wrap_method(model, "call", _outputs_beside_inputs)
+        pipeline.wrap(model, template, 1)
+        return model
+
+
+def _torch_device(name):
+    """A plan's device name as torch names it: the CPU devices of a machine
+    without accelerators ("cpu:1") are all torch's one CPU."""
+    return name if name.startswith("cuda") else "cpu"
+
+
+def _scoped(name):
+    import keras
+
+    def run(operation, args, kwargs):
+        with keras.device(name):
+            return operation(*args, **kwargs)
+
+    return run
+
+
+def _moved_to(name):
+    import keras
+    import torch
+
+    def move(value):
+        return value.to(name) if isinstance(value, torch.Tensor) else value
+
+    def run(operation, args, kwargs):
+        args, kwargs = keras.tree.map_structure(move, (args, kwargs))
+        with keras.device(name):
+            return operation(*args, **kwargs)
+
+    return run
+
+
+def _outputs_beside_inputs(call):
+    """The outputs of the last placed calls go back to the device the inputs
+    came from, where Keras's loss has the targets."""
+    import keras
+    import torch
+
+    def run(inputs, *args, **kwargs):
+        outputs = call(inputs, *args, **kwargs)
+        first = next((x for x in keras.tree.flatten(inputs) if isinstance(x, torch.Tensor)),
+                     None)
+        if first is None:
+            return outputs
+        return keras.tree.map_structure(
+            lambda y: y.to(first.device) if isinstance(y, torch.Tensor) else y, outputs)
+
+    return run

@@ -82,6 +82,14 @@ def requested(model):
         return ()
     from agnostic.compat import keras_nodes
 
+    if any(node in _PLACED for node in keras_nodes.nodes_outside_the_graph(model)):
+        raise errors.NotSupportedError(
+            f"The layers of this {type(model).__name__} were called under "
+            "agnostic.device(), and only functional models keep those calls: "
+            "Keras calls a Sequential's layers again as they are added, and a "
+            "subclassed model's in its own call. Build it with the functional API "
+            "(keras.Input, then call each layer, then keras.Model(inputs, outputs))."
+        )
     return tuple((label, _PLACED[node]) for label, node in keras_nodes.ordered_calls(model)
                  if node in _PLACED)
 

@@ -15,7 +15,7 @@ import pytest
 
 from agnostic import cli, errors
 from agnostic.launch import local, nodes, rendezvous, settings
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cpu_devices
 
 
 def run_info(*command):
@@ -41,6 +41,15 @@ def test_info_reports_versions_and_the_plan():
     assert f"backend: {backend}" in result.stdout
     assert "plan: strategy=" in result.stdout
     assert "reason: " in result.stdout
+    # What agnostic.device(i) means here, and what runs the placements.
+    placements = {"tensorflow": "strategy tf-device-parallel", "jax": "strategy "
+                  "jax-model-parallel", "torch": "strategy torch-device-parallel",
+                  "mxnet": "agnostic.device() placements are ignored on mxnet"}
+    if backend in placements:
+        assert placements[backend] in result.stdout
+    if backend in ("tensorflow", "jax", "torch") and cpu_devices() > 1:
+        assert f"agnostic.device(i), i in 0 to {cpu_devices() - 1}, runs a layer call on " \
+               "device i (0: " in result.stdout
 
 
 def info_with(tmp_path, **variables):

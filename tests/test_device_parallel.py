@@ -72,6 +72,16 @@ def test_the_plan_lists_every_placed_call_in_the_order_the_model_runs_them():
 
 
 @KERAS_3
+def test_a_sequential_model_with_placements_is_refused_naming_the_functional_api():
+    with agnostic.device(1):
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    with pytest.raises(errors.NotSupportedError, match="Build it with the functional API"):
+        agnostic.backend_agnostic_compile(model, optimizer="sgd", loss="mse")
+    plain = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    assert agnostic.resolve(model=plain).placements == ()
+
+
+@KERAS_3
 def test_a_placement_on_a_missing_device_is_refused_before_anything_is_built():
     input_a = keras.Input((6,))
     with agnostic.device(7):

@@ -92,6 +92,16 @@ def ordered_calls(model):
     return calls
 
 
+def nodes_outside_the_graph(model):
+    """The nodes of the calls of `model`'s layers, when `model` is not a
+    functional model (Sequential, subclassed): its own call does not run
+    them as a graph."""
+    if getattr(model, "_nodes_by_depth", None) is not None:
+        return []
+    layers = getattr(model, "layers", None) or []
+    return [node for layer in layers for node in getattr(layer, "_inbound_nodes", [])]
+
+
 def run_nodes_in(model, run_of_node):
     """Each call of `model` runs a node through `run_of_node(node)`, a
     function `run(operation, args, kwargs)`, or as Keras does where that is

@@ -2,7 +2,7 @@
 import sys
 import warnings
 
-from agnostic import pipeline, plan as plan_lib, strategies
+from agnostic import plan as plan_lib, strategies
 from agnostic.compat import versions
 from agnostic.strategies import base
 
@@ -52,9 +52,7 @@ def backend_agnostic_compile(
         >>> model.fit(x, y, batch_size=64, epochs=2)
     """
     _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm)
-    # The placements are the template's (compiling a returned model again).
-    placed = pipeline.template_of(model) or model
-    plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=placed)
+    plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model)
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     plan_lib.announce(plan)
     if plan.relocation_unused:

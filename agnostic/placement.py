@@ -200,7 +200,8 @@ def _jax_layout(listing, gpus, placed, spare, on_host):
         "divides, else copied), which spreads their memory and work over the same devices."
     )
     if on_host:
-        warning += " Calls placed on 'cpu' run with the rest of the program."
+        warning += (" Layers placed on 'cpu' are laid out the same way: a JAX program "
+                    "does not run parts of itself on the host.")
     if idle:
         warning += f" Idle: {', '.join(idle)}."
     return Layout(devices, replicas, reason, warning)

@@ -121,7 +121,12 @@ def resolve(gpus=None, cpu_relocation=False, model=None):
     _startup.check_variables()
     backend = devices_lib.current_backend()
     job = cluster.job(backend)
-    placed = placement.requested(model) if model is not None else ()
+    placed = ()
+    if model is not None:
+        from agnostic import pipeline
+
+        # A model backend_agnostic_compile returned: its template's placements.
+        placed = placement.requested(pipeline.template_of(model) or model)
     return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placed)
 

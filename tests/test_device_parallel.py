@@ -105,6 +105,41 @@ def test_the_template_gets_the_trained_weights_and_fit_is_keras_own():
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
 
 
+@KERAS_3
+def test_the_innermost_placement_wins_and_a_returned_model_keeps_its_placements():
+    input_a = keras.Input((6,))
+    with agnostic.device(0):
+        hidden = keras.layers.Dense(4, name="outer")(input_a)
+        with agnostic.device(1):
+            output = keras.layers.Dense(1, name="inner")(hidden)
+    template = keras.Model(input_a, output)
+    plan = agnostic.resolve(model=template)
+    assert [(call, plan.devices.index(name)) for call, name in plan.placements] == [
+        ("outer:0", 0), ("inner:0", 1)]
+    model, _ = compile_placed(template)
+    assert agnostic.resolve(model=model).placements == plan.placements
+
+
+@KERAS_3
+def test_compiling_the_returned_model_again_fine_tunes_it_as_plain_keras_does():
+    """Train, freeze a branch, compile again, train on: the same weights as
+    the same steps with plain compile on one device."""
+    x, y = data()
+    results = []
+    for place in (agnostic.device, lambda _: contextlib.nullcontext()):
+        model = two_branches(place)
+        for round in range(2):
+            if place is agnostic.device:
+                model, _ = compile_placed(model)
+            else:
+                model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+            model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+            model.get_layer("branch_a").trainable = False
+        results.append(model.get_weights())
+    for placed, plain in zip(*results):
+        np.testing.assert_allclose(np.asarray(placed), np.asarray(plain), atol=1e-6)
+
+
 @pytest.mark.skipif(ENGINE != "tensorflow", reason="TensorFlow's own placement")
 @VERSIONS
 def test_tensorflow_places_each_call_and_each_layers_variables():
@@ -154,11 +189,16 @@ def test_torch_runs_each_placed_call_in_its_device_scope(monkeypatch):
         entered.append(name)
         return real(name)
 
-    model, _ = compile_placed(two_branches(), gpus=2)
+    model = agnostic.backend_agnostic_compile(
+        two_branches(), optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", gpus=2)
     monkeypatch.setattr(keras, "device", spy)
-    x, _ = data(4)
+    x, y = data(8)
     model.predict(x, verbose=0)
     assert entered == ["cpu"] * 4  # branch a, branch b, merge, head
+    entered.clear()
+    model.optimizer.build(model.trainable_variables)
+    assert entered == ["cpu"] * 6  # each momentum in its weight's device scope
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     assert agnostic.resolve(model=two_branches()).devices == ("cpu:0", "cpu:1")
 
 

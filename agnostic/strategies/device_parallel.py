@@ -6,8 +6,9 @@ its first call, so its variables live there (a layer called again under
 another device is read from there, as TensorFlow does); then every call of
 the copy runs each placed node in its own device scope. TensorFlow copies
 tensors between devices itself; on torch, the node's tensor inputs are
-moved to its device, and the model's outputs back to where its inputs came
-from.
+moved to its device (an unplaced call's to torch's default device), the
+model's outputs back to where its inputs came from, and each optimizer slot
+is made on its weight's device.
 """
 import contextlib
 
@@ -39,15 +40,22 @@ class DeviceParallelStrategy(base.Strategy):
         devices = {id(node): placed[call] for call, node in keras_nodes.ordered_calls(model)
                    if call in placed}
 
-        def run_of_node(node):
-            name = devices.get(id(node))
-            if name is None:
-                return None
-            return _moved_to(name) if on_torch else _scoped(name)
+        if on_torch:
+            # An unplaced call runs on torch's default device, with its
+            # inputs moved there from a placed call's device.
+            default = _torch_default_device()
+
+            def run_of_node(node):
+                return _moved_to(devices.get(id(node), default))
+
+            base.wrap_method(model, "call", _outputs_beside_inputs)
+            base.wrap_method(model.optimizer, "add_variable_from_reference", _beside_reference)
+        else:
+            def run_of_node(node):
+                name = devices.get(id(node))
+                return None if name is None else _scoped(name)
 
         keras_nodes.run_nodes_in(model, run_of_node)
-        if on_torch:
-            base.wrap_method(model, "call", _outputs_beside_inputs)
         pipeline.wrap(model, template, 1)
         return model
 
@@ -56,6 +64,28 @@ def _torch_device(name):
     """A plan's device name as torch names it: the CPU devices of a machine
     without accelerators ("cpu:1") are all torch's one CPU."""
     return name if name.startswith("cuda") else "cpu"
+
+
+def _torch_default_device():
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+
+
+def _beside_reference(add_variable_from_reference):
+    """torch: an optimizer's slot (momentum, Adam's moments) is made on its
+    weight's device, where the update reads both (TensorFlow colocates them
+    itself)."""
+    import keras
+
+    def add(reference_variable, *args, **kwargs):
+        device = getattr(getattr(reference_variable, "value", None), "device", None)
+        if device is None:
+            return add_variable_from_reference(reference_variable, *args, **kwargs)
+        with keras.device(str(device)):
+            return add_variable_from_reference(reference_variable, *args, **kwargs)
+
+    return add
 
 
 def _scoped(name):

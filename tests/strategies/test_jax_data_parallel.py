@@ -54,3 +54,16 @@ def test_cpu_relocation_warns_that_variables_stay_on_every_device():
                                                   gpus=2, cpu_relocation=True,
                                                   **models.COMPILE)
     assert all(len(w.value.sharding.device_set) == 2 for w in model.weights)
+
+
+def test_the_template_still_predicts_after_fit_with_a_random_layer():
+    """The copy's seed state once shared the template's buffer, and training
+    (which donates the copy's state) deleted it: the template's predict then
+    failed with "Array has been deleted"."""
+    keras.utils.set_random_seed(5)
+    template = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8),
+                                 keras.layers.Dropout(0.5), keras.layers.Dense(1)])
+    model = agnostic.backend_agnostic_compile(template, optimizer="sgd", loss="mse", gpus=2)
+    x = jax.numpy.ones((16, 8))
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0)
+    assert template.predict(x, verbose=0).shape == (16, 1)

@@ -108,13 +108,16 @@ def first_devices(model, placements):
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Where the placements run: `devices` in the plan's order, how many
-    data-parallel `replicas` of them, and the warning to give, if any."""
+    """Where the placements run: `devices` in the plan's order (the first
+    replica's first), how many data-parallel `replicas` of them, and the
+    warning to give, if any."""
 
     devices: tuple
     replicas: int
     reason: str
     warning: str = None
+    processes: int = 1  # torch: one per replica
+    rank: int = 0
 
 
 def decide(backend, listing, gpus, environment, placements):
@@ -133,14 +136,14 @@ def decide(backend, listing, gpus, environment, placements):
             f"device id {missing[0]}, which does not exist. The devices are "
             f"{plan_lib.device_names(found)} (ids 0 to {len(found) - 1}).{plan_lib.cpu_hint(listing)}"
         )
-    if environment is not None or listing.num_processes > 1:
-        processes = environment.world_size if environment is not None else listing.num_processes
+    world = environment.world_size if environment is not None else listing.num_processes
+    if world > 1 and backend != "torch":
         raise errors.NotSupportedError(
             f"This model places its layers with agnostic.device(), and this process is one "
-            f"of {processes} that train together. Device parallelism runs in one process; "
-            "combining it with data parallelism over processes is not supported yet. Start "
-            "one process, or build the model without agnostic.device() to train data-"
-            "parallel over every process."
+            f"of {world} that train together. On {backend}, device parallelism runs in one "
+            "process; combining it with data parallelism over processes is supported on "
+            "torch only so far. Start one process, or build the model without "
+            "agnostic.device() to train data-parallel over every process."
         )
     chosen = plan_lib.choose(found, gpus, listing)
     ids = sorted(i for i in labels if i != HOST)
@@ -155,10 +158,10 @@ def decide(backend, listing, gpus, environment, placements):
     spare = [name for name in chosen if name not in placed]
     if backend == "jax":
         return _jax_layout(listing, gpus, placed, spare, HOST in labels)
+    if backend == "torch":
+        return _torch_layout(listing, gpus, placed, spare, environment)
     host = [listing.host] if HOST in labels and listing.host not in placed else []
     reason = f"{len(placements)} placed call(s) on {len(placed) + len(host)} device(s)."
-    if backend == "torch" and not listing.accelerators:
-        reason += " On CPU devices every placement runs on the one CPU torch has."
     warning = None
     if spare:
         if gpus is not None:
@@ -166,31 +169,62 @@ def decide(backend, listing, gpus, environment, placements):
                 f"gpus={gpus!r} asks for {len(chosen)} devices, and the model's "
                 f"agnostic.device() placements use {len(placed)} (ids {_ids(ids)}). Combining "
                 f"device parallelism with data parallelism is not supported on {backend} "
-                f"yet. Pass gpus=None or gpus={ids!r}."
+                f"yet (on JAX and torch it is). Pass gpus=None or gpus={ids!r}."
             )
         warning = (
             f"The model's agnostic.device() placements use device ids {_ids(ids)}; "
             f"{', '.join(spare)} stay idle: combining device parallelism with data "
-            f"parallelism is not supported on {backend} yet (on JAX it is)."
+            f"parallelism is not supported on {backend} yet (on JAX and torch it is)."
         )
         reason += " Idle: " + ", ".join(spare) + "."
     return Layout(tuple(placed + host), 1, reason, warning)
 
 
+def _replicas(gpus, placed, spare, world=None):
+    """Replicas of the placed devices over the others, as many as they hold
+    (or `world`, one per process of a job): (devices in replica order, the
+    number of replicas, the devices left idle, the devices per replica)."""
+    size = max(1, len(placed))
+    if not placed:  # only 'cpu' placements: one device per replica
+        placed, spare = [spare[0]], spare[1:]
+    total = len(placed) + len(spare)
+    replicas = total // size if world is None else world
+    if replicas * size > total:
+        raise errors.DeviceRequestError(
+            f"This process is one of {world} processes, each training a replica of the "
+            f"model's {size} placed devices: {world * size} devices are needed, and this "
+            f"process sees {total}. Start {total // size} process(es), or make more "
+            "devices visible to each."
+        )
+    idle = spare[(replicas - 1) * size:]
+    if idle and gpus is not None and world is None:
+        raise errors.DeviceRequestError(
+            f"gpus={gpus!r} gives {total} devices, which do not split into replicas of "
+            f"the {size} placed devices. Pass a multiple of {size}."
+        )
+    return tuple(placed + spare[:(replicas - 1) * size]), replicas, idle, size
+
+
+def _torch_layout(listing, gpus, placed, spare, environment):
+    """torch: one process per replica of the placed devices."""
+    world = environment.world_size if environment is not None else None
+    devices, replicas, idle, size = _replicas(gpus, placed, spare, world)
+    reason = f"{replicas} replica(s) x {size} device(s), one process per replica."
+    if not listing.accelerators:
+        reason += " On CPU devices every placement runs on the one CPU torch has."
+    warning = None
+    if idle:
+        warning = (f"The model's agnostic.device() placements use {size} device(s) per "
+                   f"replica; {', '.join(idle)} stay idle.")
+    rank = environment.rank if environment is not None else 0
+    return Layout(devices, replicas, reason, warning, processes=replicas, rank=rank)
+
+
 def _jax_layout(listing, gpus, placed, spare, on_host):
     """JAX: a mesh of (replicas, placed devices), as many replicas as the
     chosen devices hold."""
-    size = max(1, len(placed))
-    if not placed:
-        placed, spare = [spare[0]], spare[1:]
-    replicas = (len(placed) + len(spare)) // size
-    idle = spare[(replicas - 1) * size:]
-    if idle and gpus is not None:
-        raise errors.DeviceRequestError(
-            f"gpus={gpus!r} gives {len(placed) + len(spare)} devices, which do not split "
-            f"into replicas of the {size} placed devices. Pass a multiple of {size}."
-        )
-    devices = tuple(placed + spare[:(replicas - 1) * size])
+    devices, replicas, idle, size = _replicas(gpus, placed, spare)
+    placed = list(devices[:size])
     reason = (f"{replicas} replica(s) x {size} device(s): the placed layers' variables "
               "laid out over the placed devices of each replica.")
     warning = (

@@ -200,7 +200,9 @@ def _placed(backend, listing, gpus, environment, placements, cpu_relocation):
     if cpu_relocation:
         unused = "each placed layer keeps its variables on the device of its first call"
     return Plan(backend, placement.DEVICE_PARALLEL[backend], layout.devices, layout.replicas,
+                num_processes=layout.processes, process_id=layout.rank,
                 reason=layout.reason, relocation_unused=unused,
+                environment=environment.name if environment is not None else NO_ENVIRONMENT,
                 placements=tuple((call, names[i]) for call, i in placements),
                 placement_warning=layout.warning)
 

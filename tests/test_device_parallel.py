@@ -35,6 +35,9 @@ def two_branches(place=agnostic.device):
 
 
 def compile_placed(model, **options):
+    """In this process: on 2 devices (torch would start a process per
+    replica of the placed devices on more)."""
+    options.setdefault("gpus", 2)
     with warnings_kept() as caught:
         compiled = agnostic.backend_agnostic_compile(
             model, optimizer=keras.optimizers.SGD(0.05), loss="mse", **options)
@@ -145,12 +148,12 @@ def test_compiling_the_returned_model_again_fine_tunes_it_as_plain_keras_does():
 def test_tensorflow_places_each_call_and_each_layers_variables():
     import tensorflow as tf
 
-    model, caught = compile_placed(two_branches())
+    model, caught = compile_placed(two_branches(), gpus=None)
     # 4 simulated devices, 2 placed: the others are said to stay idle.
     assert [str(w.message) for w in caught if w.category is errors.PlacementWarning] == [
         "The model's agnostic.device() placements use device ids 0, 1; /device:CPU:2, "
         "/device:CPU:3 stay idle: combining device parallelism with data parallelism is "
-        "not supported on tensorflow yet (on JAX it is)."]
+        "not supported on tensorflow yet (on JAX and torch it is)."]
     devices = {w.path: w.value.device for w in model.weights}
     assert devices["branch_a/kernel"].endswith("CPU:0")
     assert devices["branch_b/kernel"].endswith("CPU:1")
@@ -199,7 +202,7 @@ def test_torch_runs_each_placed_call_in_its_device_scope(monkeypatch):
     model.optimizer.build(model.trainable_variables)
     assert entered == ["cpu"] * 6  # each momentum in its weight's device scope
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    assert agnostic.resolve(model=two_branches()).devices == ("cpu:0", "cpu:1")
+    assert agnostic.resolve(gpus=2, model=two_branches()).devices == ("cpu:0", "cpu:1")
 
 
 @pytest.mark.skipif(ENGINE != "mxnet", reason="keras-mxnet only")

@@ -4,7 +4,7 @@ starts."""
 import pytest
 
 import agnostic
-from agnostic import errors
+from agnostic import cluster, errors
 from agnostic import plan as plan_lib
 from agnostic.devices import DeviceListing
 
@@ -44,14 +44,32 @@ def test_gpus_must_keep_every_placed_device():
         plan_lib.decide("tensorflow", GPUS, gpus=[0], placements=LEGACY)
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
-def test_devices_left_idle_are_said_and_asking_for_replicas_is_refused(backend):
-    plan = plan_lib.decide(backend, CPUS, placements=LEGACY)
+def test_tensorflow_says_which_devices_stay_idle_and_refuses_asking_for_replicas():
+    plan = plan_lib.decide("tensorflow", CPUS, placements=LEGACY)
     assert plan.devices == ("/device:CPU:0", "/device:CPU:1")
     assert "/device:CPU:2, /device:CPU:3 stay idle" in plan.placement_warning
     with pytest.raises(errors.NotSupportedError,
-                       match=rf"not supported on {backend} yet. Pass gpus=None or gpus=\[0, 1\]"):
-        plan_lib.decide(backend, CPUS, gpus=4, placements=LEGACY)
+                       match=r"not supported on tensorflow yet \(on JAX and torch it is\). "
+                             r"Pass gpus=None or gpus=\[0, 1\]"):
+        plan_lib.decide("tensorflow", CPUS, gpus=4, placements=LEGACY)
+
+
+def test_torch_runs_a_process_per_replica_of_the_placed_devices():
+    plan = plan_lib.decide("torch", CPUS, placements=LEGACY)
+    assert plan.strategy == "torch-device-parallel"
+    assert (plan.num_replicas, plan.num_processes, plan.process_id) == (2, 2, 0)
+    assert plan.devices == tuple(f"/device:CPU:{i}" for i in range(4))
+    assert plan.placement_warning is None
+    # A process the launcher started: its rank, in a job of one process per replica.
+    started = cluster.Environment("agnostic", 2, 1, started_by_scheduler=False)
+    plan = plan_lib.decide("torch", CPUS, environment=started, placements=LEGACY)
+    assert (plan.num_processes, plan.process_id, plan.environment) == (2, 1, "agnostic")
+    with pytest.raises(errors.DeviceRequestError, match="do not split into replicas of the 2"):
+        plan_lib.decide("torch", CPUS, gpus=3, placements=LEGACY)
+    job = cluster.Environment("slurm", 4, 0)
+    with pytest.raises(errors.DeviceRequestError,
+                       match="8 devices are needed, and this process sees 4. Start 2"):
+        plan_lib.decide("torch", CPUS, environment=job, placements=LEGACY)
 
 
 def test_jax_runs_replicas_of_the_placed_devices_on_the_others():
@@ -64,9 +82,9 @@ def test_jax_runs_replicas_of_the_placed_devices_on_the_others():
         plan_lib.decide("jax", JAX_CPUS, gpus=3, placements=(("a:0", 0), ("b:0", 1)))
 
 
-def test_placements_in_one_of_several_processes_are_not_supported_yet():
+def test_placements_in_one_of_several_processes_are_torch_only():
     several = DeviceListing(("cpu:0", "cpu:1"), "cpu:0", accelerators=False, num_processes=2)
-    with pytest.raises(errors.NotSupportedError, match="one of 2 that train together"):
+    with pytest.raises(errors.NotSupportedError, match="one of 2 that train together. On jax"):
         plan_lib.decide("jax", several, placements=LEGACY)
 
 

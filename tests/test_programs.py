@@ -189,15 +189,15 @@ def test_random_layers_train_like_one_device_on_jax_and_close_elsewhere(tmp_path
                                atol=5e-2)
 
 
-DEVICE_PARALLEL_REPLICAS = ["2", "4"] if ENGINE == "jax" else ["2"]
+DEVICE_PARALLEL_REPLICAS = ["2", "4"] if ENGINE in ("jax", "torch") else ["2"]
 
 
 @pytest.mark.parametrize("devices", DEVICE_PARALLEL_REPLICAS)
 def test_device_parallelism_trains_as_one_device(devices, tmp_path):
     """The legacy example, with agnostic.device() for tf.device(): the same
     weights as the unplaced model on one device; the template gets them, and
-    the saved file loads on one device. JAX with 4 devices: 2 replicas of
-    the 2 placed devices."""
+    the saved file loads on one device. JAX and torch with 4 devices: 2
+    replicas of the 2 placed devices (torch: a process each)."""
     plain, agnostic = run_both("device_parallel", tmp_path,
                                env={"AGNOSTIC_TEST_REPLICAS": devices})
     assert_same_training(plain, agnostic)

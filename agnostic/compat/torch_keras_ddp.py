@@ -32,11 +32,13 @@ def keras_averages_gradients(model):
         getattr(type(model), "train_step") is getattr(keras.Model, "train_step")
 
 
-def parallel_forward(model, bucket_mb):
+def parallel_forward(model, bucket_mb, multi_device=False):
     """A DistributedDataParallel over `model`'s weights whose forward is the
     model's own (its class's, not a wrapper on the instance). Construction is a collective (rank 0's
     weights reach every process): every process calls this at the same point,
-    once the model is built."""
+    once the model is built. `multi_device`: the model's weights are on
+    several devices (placed with agnostic.device), which torch wants said
+    with no device ids."""
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
@@ -51,6 +53,7 @@ def parallel_forward(model, bucket_mb):
         def forward(self, *args, **kwargs):
             return own(*args, **kwargs)
 
-    device_ids = [torch.cuda.current_device()] if torch.cuda.is_available() else None
+    on_one_gpu = torch.cuda.is_available() and not multi_device
+    device_ids = [torch.cuda.current_device()] if on_one_gpu else None
     return DistributedDataParallel(Forward(), device_ids=device_ids, bucket_cap_mb=bucket_mb,
                                    find_unused_parameters=False)

@@ -1,5 +1,6 @@
 """tf-device-parallel, torch-device-parallel: each call placed with
-agnostic.device() runs on its device, in one process.
+agnostic.device() runs on its device, in one process (torch: or in each of
+several processes, a replica each, gradients averaged as by torch-ddp).
 
 The template is cloned with each placed layer built in the device scope of
 its first call, so its variables live there (a layer called again under
@@ -21,43 +22,75 @@ class DeviceParallelStrategy(base.Strategy):
     name = "device-parallel"
 
     def compile(self, template, compile_kwargs):
-        import keras
-
-        on_torch = self.plan.backend == "torch"
-        engine_name = _torch_device if on_torch else str
-        placed = {call: engine_name(name) for call, name in self.plan.placements}
-        first = {layer: engine_name(name) for layer, name in
-                 placement.first_devices(template, self.plan.placements).items()}
-
-        def call_function(layer, *args, **kwargs):
-            if layer.name not in first:
-                return layer(*args, **kwargs)
-            with keras.device(first[layer.name]):
-                return layer(*args, **kwargs)
-
-        model = base.build_replica_model(template, contextlib.nullcontext(), compile_kwargs,
-                                         call_function=call_function)
-        devices = {id(node): placed[call] for call, node in keras_nodes.ordered_calls(model)
-                   if call in placed}
-
-        if on_torch:
-            # An unplaced call runs on torch's default device, with its
-            # inputs moved there from a placed call's device.
-            default = _torch_default_device()
-
-            def run_of_node(node):
-                return _moved_to(devices.get(id(node), default))
-
-            base.wrap_method(model, "call", _outputs_beside_inputs)
-            base.wrap_method(model.optimizer, "add_variable_from_reference", _beside_reference)
-        else:
-            def run_of_node(node):
-                name = devices.get(id(node))
-                return None if name is None else _scoped(name)
-
-        keras_nodes.run_nodes_in(model, run_of_node)
+        if self.plan.num_processes > 1:  # torch: replicas of the placed model
+            return _placed_replicas(self).compile(template, compile_kwargs)
+        model = placed_model(self.plan, template, compile_kwargs)
         pipeline.wrap(model, template, 1)
         return model
+
+
+def _placed_replicas(strategy):
+    """torch-ddp over processes, each training a placed copy on its own
+    devices: the plan's devices are the replicas' in turn."""
+    from agnostic.strategies import torch_ddp
+
+    class PlacedReplicas(torch_ddp.TorchDDPStrategy):
+        multi_device = True
+
+        def replica(self, template, compile_kwargs, rank):
+            return placed_model(self.plan, template, compile_kwargs, rank)
+
+    return PlacedReplicas(strategy.plan, cpu_merge=strategy.cpu_merge,
+                          cpu_relocation=strategy.cpu_relocation,
+                          sync_batch_norm=strategy.sync_batch_norm)
+
+
+def placed_model(plan, template, compile_kwargs, rank=0):
+    """The template's compiled copy with each placed call on its device:
+    replica `rank`'s devices stand in for the first replica's, which the
+    plan's placements name."""
+    import keras
+
+    on_torch = plan.backend == "torch"
+    per_replica = len(plan.devices) // plan.num_replicas
+    own = dict(zip(plan.devices[:per_replica],
+                   plan.devices[rank * per_replica:(rank + 1) * per_replica]))
+
+    def engine_name(name):
+        name = own.get(name, name)
+        return _torch_device(name) if on_torch else name
+
+    placed = {call: engine_name(name) for call, name in plan.placements}
+    first = {layer: engine_name(name) for layer, name in
+             placement.first_devices(template, plan.placements).items()}
+
+    def call_function(layer, *args, **kwargs):
+        if layer.name not in first:
+            return layer(*args, **kwargs)
+        with keras.device(first[layer.name]):
+            return layer(*args, **kwargs)
+
+    model = base.build_replica_model(template, contextlib.nullcontext(), compile_kwargs,
+                                     call_function=call_function)
+    devices = {id(node): placed[call] for call, node in keras_nodes.ordered_calls(model)
+               if call in placed}
+    if on_torch:
+        # An unplaced call runs on torch's default device, with its inputs
+        # moved there from a placed call's device.
+        default = _torch_default_device()
+
+        def run_of_node(node):
+            return _moved_to(devices.get(id(node), default))
+
+        base.wrap_method(model, "call", _outputs_beside_inputs)
+        base.wrap_method(model.optimizer, "add_variable_from_reference", _beside_reference)
+    else:
+        def run_of_node(node):
+            name = devices.get(id(node))
+            return None if name is None else _scoped(name)
+
+    keras_nodes.run_nodes_in(model, run_of_node)
+    return model
 
 
 def _torch_device(name):

@@ -27,6 +27,15 @@ BUCKET_MB = 25
 
 class TorchDDPStrategy(base.Strategy):
     name = "torch-ddp"
+    # Whether each process's replica spans several devices (device
+    # parallelism within, see device_parallel): DistributedDataParallel then
+    # takes no device ids.
+    multi_device = False
+
+    def replica(self, template, compile_kwargs, rank):
+        """This process's compiled copy: the template itself."""
+        template.compile(**compile_kwargs)
+        return template
 
     def compile(self, template, compile_kwargs):
         import torch
@@ -47,21 +56,21 @@ class TorchDDPStrategy(base.Strategy):
             )
             atexit.register(_leave_group)
             local.report_failures(group.rank)
-        template.compile(**compile_kwargs)
-        torch_reduce.broadcast([v.value for v in template.variables])
-        if not torch_batch_norm.synchronize(template, self.sync_batch_norm):
-            _average_moving_statistics(template, group.world_size)
-        if torch_keras_ddp.keras_averages_gradients(template):
+        model = self.replica(template, compile_kwargs, group.rank)
+        torch_reduce.broadcast([v.value for v in model.variables])
+        if not torch_batch_norm.synchronize(model, self.sync_batch_norm):
+            _average_moving_statistics(model, group.world_size)
+        if torch_keras_ddp.keras_averages_gradients(model):
             logger.info("Keras %s trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.", keras_version())
         else:
-            _average_gradients(template, group.world_size)
-        if not torch_keras_ddp.keras_is_data_parallel(template):
-            _aggregate_metrics(template)
+            _average_gradients(model, group.world_size, self.multi_device)
+        if not torch_keras_ddp.keras_is_data_parallel(model):
+            _aggregate_metrics(model)
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
                                        share=collectives.torch_share)
-        pipeline.wrap(template, template, group.world_size, processes=processes)
-        return template
+        pipeline.wrap(model, template, group.world_size, processes=processes)
+        return model
 
 
 def _leave_group():
@@ -81,10 +90,11 @@ def _leave_group():
 
 
 def _device_indexes(plan):
-    """The CUDA index of each rank's device; the rank itself on CPU."""
+    """The CUDA index of each rank's (first) device; the rank itself on CPU."""
     if not plan.devices[0].startswith("cuda"):
         return list(range(plan.num_processes))
-    indexes = [int(device.split(":")[1]) for device in plan.devices]
+    per_process = len(plan.devices) // plan.num_processes
+    indexes = [int(device.split(":")[1]) for device in plan.devices[::per_process]]
     if indexes[0] != 0:
         # This process is rank 0 and its model is already on cuda:0.
         raise errors.LaunchError(
@@ -103,11 +113,11 @@ def keras_version():
     return keras.__version__
 
 
-def _average_gradients(model, world_size):
+def _average_gradients(model, world_size, multi_device=False):
     """Each training step's gradients averaged over the processes: torch's
     DistributedDataParallel while backward runs, when the step calls the
     model (compat.torch_keras_ddp); else when the optimizer gets them."""
-    steps = GradientSteps(model, world_size)
+    steps = GradientSteps(model, world_size, multi_device)
 
     def step(train_step):
         def run(*args, **kwargs):
@@ -145,8 +155,9 @@ class GradientSteps:
     a training step (evaluate, predict, a saliency map) start no collective.
     """
 
-    def __init__(self, model, world_size):
+    def __init__(self, model, world_size, multi_device=False):
         self.model, self.world_size = model, world_size
+        self.multi_device = multi_device
         self.parallel = None
         self.whole = True  # every weight gets a gradient: DDP can be used
         self.active = False
@@ -161,7 +172,8 @@ class GradientSteps:
 
             if self.active and torch.is_grad_enabled():
                 if self.parallel is None and self.whole:
-                    self.parallel = torch_keras_ddp.parallel_forward(self.model, BUCKET_MB)
+                    self.parallel = torch_keras_ddp.parallel_forward(
+                        self.model, BUCKET_MB, self.multi_device)
                 if self.parallel is not None:
                     self.forwards += 1
                     return self.parallel(*args, **kwargs)

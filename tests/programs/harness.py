@@ -34,12 +34,14 @@ def compile(model, **kwargs):
                                              **kwargs)
 
 
-def is_chief():
+def is_chief(model=None):
+    """Whether this process is the chief; `model`: the one compiled (its
+    placements decide the processes of device parallelism)."""
     if MODE == "plain":
         return True
     import agnostic
 
-    return agnostic.resolve(gpus=REPLICAS).process_id == 0
+    return agnostic.resolve(gpus=REPLICAS, model=model).process_id == 0
 
 
 def path(name):
@@ -92,7 +94,7 @@ def _process_spread(model):
 
 def finish(model, history=None, evaluation=None, **extra):
     """The chief records what the test compares with the other run."""
-    if not is_chief():
+    if not is_chief(model):
         return
     np.savez(os.path.join(FOLDER, f"{MODE}.npz"), *model.get_weights())
     history = history.history if hasattr(history, "history") else (history or {})

@@ -88,6 +88,23 @@ def install(rank, record):
     sys.excepthook = hook
 
 
+def mark_finished(rank):
+    """Says, in a launched worker, that this process has done its work and
+    left its group cleanly: what happens after that is the interpreter's
+    teardown (where torch's gloo threads can still abort the process, a
+    known torch problem), not a failure of training."""
+    folder = os.environ.get(REPORTS_VARIABLE)
+    if folder and os.path.isdir(folder):
+        with open(os.path.join(folder, f"finished_{rank}"), "w"):
+            pass
+
+
+def finished(folder):
+    """The ranks that marked themselves finished in `folder`."""
+    return {int(name.split("_")[1]) for name in os.listdir(folder)
+            if name.startswith("finished_")}
+
+
 def write(folder, failure):
     """Leaves `failure` in `folder`, whole or not at all."""
     path = os.path.join(folder, f"rank_{failure.rank}.json")

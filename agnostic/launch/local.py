@@ -155,8 +155,8 @@ class Workers:
         """Every failure known now: reports, and workers ended without one."""
         reported = failures.read(self.reports)
         found = [self._own_failure] if self._own_failure else []
-        for rank, process in self.processes.items():
-            code = process.poll()
+        for rank in self.processes:
+            code = self._code(rank)
             if rank in reported:
                 found.append(reported[rank])
             elif code not in (None, 0):
@@ -199,6 +199,17 @@ class Workers:
         shutil.rmtree(self.reports, ignore_errors=True)
         os._exit(exit_status(code) if code else 1)
 
+    def _code(self, rank):
+        """A worker's exit status now (None: running). Killed by a signal
+        after it marked itself finished (failures.mark_finished) counts as 0:
+        its work was done and its group left; torch's teardown aborted it."""
+        code = self.processes[rank].poll()
+        if code is not None and code < 0 and rank in failures.finished(self.reports):
+            logger.debug("agnostic: rank %d ended with status %d after it had finished "
+                         "its work and left the group; counted as finished.", rank, code)
+            return 0
+        return code
+
     def _status(self, rank):
         """A worker's exit status, once it has exited (it reports first)."""
         if rank not in self.processes:
@@ -217,7 +228,7 @@ class Workers:
 
     def _watch(self):
         while True:
-            if any(p.poll() not in (None, 0) for p in self.processes.values()):
+            if any(self._code(rank) not in (None, 0) for rank in self.processes):
                 with self._ended:
                     self._end_in_failure()
             if all(p.poll() is not None for p in self.processes.values()):
@@ -246,7 +257,7 @@ class Workers:
                 shutil.rmtree(self.reports, ignore_errors=True)
                 os._exit(1)
             time.sleep(POLL_SECONDS)
-        if any(p.poll() != 0 for p in self.processes.values()):
+        if any(self._code(rank) != 0 for rank in self.processes):
             with self._ended:
                 self._end_in_failure()
         shutil.rmtree(self.reports, ignore_errors=True)

@@ -15,7 +15,7 @@ import sys
 
 from agnostic import batch_norm, cluster, collectives, errors, pipeline
 from agnostic.compat import torch_batch_norm, torch_keras_ddp
-from agnostic.launch import local
+from agnostic.launch import failures, local
 from agnostic.strategies import base, torch_reduce
 
 logger = logging.getLogger("agnostic")
@@ -83,10 +83,13 @@ def _leave_group():
     import torch.distributed as dist
 
     if getattr(sys, "last_value", None) is None and dist.is_initialized():
+        rank = dist.get_rank()
         try:
             dist.destroy_process_group()
         except Exception as error:  # exiting anyway; say so, do not fail
             logger.debug("ending the process group at exit: %s", error)
+        else:
+            failures.mark_finished(rank)
 
 
 def _device_indexes(plan):

@@ -59,13 +59,24 @@ def reference(x, y, model_class=None, **fit):
     return model, history
 
 
+def abort_in_rank_1():
+    """What torch's teardown sometimes does to a process at exit (SIGABRT,
+    "terminate called without an active exception")."""
+    if os.environ.get("RANK") == "1":
+        os.abort()
+
+
 def main():
     x, y = models.data()
     if MODE == "files" and keras.backend.backend() == "torch":  # after agnostic's handlers
         atexit.register(left_group)
+    if MODE == "teardown":  # registered first: runs after agnostic has left the group
+        atexit.register(abort_in_rank_1)
     template = models.build(keras)
     model = agnostic.backend_agnostic_compile(template, optimizer=models.sgd(keras),
                                               gpus=REPLICAS, **models.COMPILE)
+    if MODE == "abort":  # registered last: runs before agnostic leaves the group
+        atexit.register(abort_in_rank_1)
     rank = agnostic.resolve(gpus=REPLICAS).process_id
     with open(os.path.join(FOLDER, f"pid_{rank}"), "w") as handle:
         handle.write(str(os.getpid()))
@@ -73,6 +84,8 @@ def main():
     if MODE in ("raise", "sigkill", "wait", "everyone"):
         epochs = 200 if MODE == "wait" else 2
         model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, callbacks=[Trouble(rank)])
+    elif MODE in ("teardown", "abort"):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     elif MODE == "files":
         checkpoint = keras.callbacks.ModelCheckpoint(os.path.join(FOLDER, "epoch_{epoch}.keras"))
         csv = keras.callbacks.CSVLogger(os.path.join(FOLDER, "log.csv"))

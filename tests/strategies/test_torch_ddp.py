@@ -83,6 +83,22 @@ def test_a_failing_worker_ends_every_process(mode, status, tmp_path):
     assert "[rank" not in stderr  # no traceback once per rank
 
 
+def test_a_worker_that_aborts_in_teardown_after_its_work_has_finished(tmp_path):
+    """torch's gloo threads can abort a process during the interpreter's
+    teardown, after training has ended and the group was left: the launcher
+    counts that worker as finished. Aborting before it left the group is
+    still a failure, named by its signal."""
+    process = start("teardown", tmp_path)
+    code, _, stderr, elapsed, left = finish(process, tmp_path)
+    assert code == 0, stderr
+    assert elapsed < BOUND_SECONDS and left == []
+    (tmp_path / "before").mkdir()
+    process = start("abort", tmp_path / "before")
+    code, _, stderr, elapsed, left = finish(process, tmp_path / "before")
+    assert code != 0 and left == []
+    assert "(rank 1 of 2) exited with status -6: killed by signal SIGABRT" in stderr
+
+
 def test_a_bug_every_process_meets_shows_one_traceback(tmp_path):
     process = start("everyone", tmp_path)
     code, _, stderr, elapsed, left = finish(process, tmp_path)

@@ -100,9 +100,13 @@ def mark_finished(rank):
 
 
 def finished(folder):
-    """The ranks that marked themselves finished in `folder`."""
-    return {int(name.split("_")[1]) for name in os.listdir(folder)
-            if name.startswith("finished_")}
+    """The ranks that marked themselves finished in `folder` (none once the
+    folder is gone)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return set()
+    return {int(name.split("_")[1]) for name in names if name.startswith("finished_")}
 
 
 def write(folder, failure):

@@ -144,6 +144,8 @@ class Workers:
             )
         self._own_failure = None  # rank 0's uncaught exception
         self._ended = threading.Lock()  # one thread ends the group
+        self._finished = set()  # workers killed by a signal after they finished
+        self._done = False  # every worker ended well: nothing left to watch
         atexit.register(self.wait)
         threading.Thread(target=self._watch, name="agnostic-workers", daemon=True).start()
 
@@ -204,11 +206,12 @@ class Workers:
         after it marked itself finished (failures.mark_finished) counts as 0:
         its work was done and its group left; torch's teardown aborted it."""
         code = self.processes[rank].poll()
-        if code is not None and code < 0 and rank in failures.finished(self.reports):
+        if code is not None and code < 0 and rank not in self._finished \
+                and rank in failures.finished(self.reports):
             logger.debug("agnostic: rank %d ended with status %d after it had finished "
                          "its work and left the group; counted as finished.", rank, code)
-            return 0
-        return code
+            self._finished.add(rank)
+        return 0 if rank in self._finished else code
 
     def _status(self, rank):
         """A worker's exit status, once it has exited (it reports first)."""
@@ -230,6 +233,8 @@ class Workers:
         while True:
             if any(self._code(rank) not in (None, 0) for rank in self.processes):
                 with self._ended:
+                    if self._done:  # wait() found every worker ended well
+                        return
                     self._end_in_failure()
             if all(p.poll() is not None for p in self.processes.values()):
                 return
@@ -257,7 +262,8 @@ class Workers:
                 shutil.rmtree(self.reports, ignore_errors=True)
                 os._exit(1)
             time.sleep(POLL_SECONDS)
-        if any(self._code(rank) != 0 for rank in self.processes):
-            with self._ended:
+        with self._ended:
+            if any(self._code(rank) != 0 for rank in self.processes):
                 self._end_in_failure()
+            self._done = True
         shutil.rmtree(self.reports, ignore_errors=True)

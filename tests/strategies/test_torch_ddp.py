@@ -92,6 +92,7 @@ def test_a_worker_that_aborts_in_teardown_after_its_work_has_finished(tmp_path):
     code, _, stderr, elapsed, left = finish(process, tmp_path)
     assert code == 0, stderr
     assert elapsed < BOUND_SECONDS and left == []
+    assert "Traceback" not in stderr
     (tmp_path / "before").mkdir()
     process = start("abort", tmp_path / "before")
     code, _, stderr, elapsed, left = finish(process, tmp_path / "before")

@@ -157,7 +157,7 @@ def decide(backend, listing, gpus, environment, placements):
     placed = [found[i] for i in ids]
     spare = [name for name in chosen if name not in placed]
     if backend == "jax":
-        return _jax_layout(listing, gpus, placed, spare, HOST in labels)
+        return _jax_layout(gpus, placed, spare, HOST in labels)
     if backend == "torch":
         return _torch_layout(listing, gpus, placed, spare, environment)
     host = [listing.host] if HOST in labels and listing.host not in placed else []
@@ -220,7 +220,7 @@ def _torch_layout(listing, gpus, placed, spare, environment):
     return Layout(devices, replicas, reason, warning, processes=replicas, rank=rank)
 
 
-def _jax_layout(listing, gpus, placed, spare, on_host):
+def _jax_layout(gpus, placed, spare, on_host):
     """JAX: a mesh of (replicas, placed devices), as many replicas as the
     chosen devices hold."""
     devices, replicas, idle, size = _replicas(gpus, placed, spare)
@@ -243,23 +243,19 @@ def _jax_layout(listing, gpus, placed, spare, on_host):
 
 def describe(backend, listing):
     """What agnostic.device(i) means on `backend` with these devices."""
+    from agnostic import plan as plan_lib
+
     strategy = DEVICE_PARALLEL.get(backend)
     if strategy is None:
         return f"agnostic.device() placements are ignored on {backend}"
     last = len(listing.devices) - 1
     ids = "0" if last == 0 else f"0 to {last}"
     said = (f"agnostic.device(i), i in {ids}, runs a layer call on device i "
-            f"({plan_names(listing)}), agnostic.device('cpu') on {listing.host}; "
+            f"({plan_lib.device_names(listing.devices)}), agnostic.device('cpu') on {listing.host}; "
             f"strategy {strategy}")
     if backend == "jax":
         said += " (the placed layers laid out over the placed devices)"
     return said
-
-
-def plan_names(listing):
-    from agnostic import plan as plan_lib
-
-    return plan_lib.device_names(listing.devices)
 
 
 def _ids(ids):

@@ -4,6 +4,7 @@ it on its device (TensorFlow, torch) or lays the placed layers out over the
 placed devices (JAX). The training itself is compared with one device in
 test_programs.py (the legacy example)."""
 import contextlib
+import warnings
 
 import numpy as np
 import pytest
@@ -38,19 +39,11 @@ def compile_placed(model, **options):
     """In this process: on 2 devices (torch would start a process per
     replica of the placed devices on more)."""
     options.setdefault("gpus", 2)
-    with warnings_kept() as caught:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         compiled = agnostic.backend_agnostic_compile(
             model, optimizer=keras.optimizers.SGD(0.05), loss="mse", **options)
     return compiled, caught
-
-
-@contextlib.contextmanager
-def warnings_kept():
-    import warnings
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
 
 
 def data(samples=32):

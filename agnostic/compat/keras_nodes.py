@@ -29,18 +29,17 @@ def check():
     from agnostic import errors
 
     try:
-        from keras.src.ops.function import Function
-        from keras.src.ops.node import Node
+        from keras.src.ops import function, node
     except ImportError:
-        missing = ["keras.src.ops.node.Node"]
-    else:
-        missing = [name for name, present in (
-            ("Node.__init__", callable(getattr(Node, "__init__", None))),
-            ("Function._get_operation_for_node", hasattr(Function, "_get_operation_for_node")),
-        ) if not present]
+        function = node = None
+    missing = None
+    if not hasattr(node, "Node"):
+        missing = "keras.src.ops.node.Node"
+    elif not hasattr(function.Function, "_get_operation_for_node"):
+        missing = "Function._get_operation_for_node"
     if missing:
         raise errors.NotSupportedError(
-            f"agnostic.device() relies on Keras's {', '.join(missing)}, which Keras "
+            f"agnostic.device() relies on Keras's {missing}, which Keras "
             f"{keras.__version__} does not have (tested: 3.13 to 3.16). Build the model "
             "without agnostic.device(), or use a tested Keras version."
         )

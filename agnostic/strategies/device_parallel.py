@@ -132,16 +132,17 @@ def _scoped(name):
 
 
 def _moved_to(name):
+    """torch: `_scoped`, with the tensor inputs moved to the device first."""
     import keras
     import torch
+
+    scoped = _scoped(name)
 
     def move(value):
         return value.to(name) if isinstance(value, torch.Tensor) else value
 
     def run(operation, args, kwargs):
-        args, kwargs = keras.tree.map_structure(move, (args, kwargs))
-        with keras.device(name):
-            return operation(*args, **kwargs)
+        return scoped(operation, *keras.tree.map_structure(move, (args, kwargs)))
 
     return run
 

@@ -6,8 +6,9 @@ gradients, other weights, and moving statistics that drift apart. So by
 default (`sync_batch_norm=True`) every replica normalises with the
 statistics of the whole global batch:
 
-- TensorFlow: Keras's own `BatchNormalization(synchronized=True)` in the
-  replica model (an all-reduce per layer and step);
+- TensorFlow: Keras's own `BatchNormalization(synchronized=True)`, set on
+  the model's layers while it trains (an all-reduce per layer and step;
+  saved files keep the layer's own setting);
 - torch: the layers' moments summed across processes, through an all-reduce
   that gradients flow back through (torch's SyncBatchNorm semantics);
 - JAX: nothing to do, its one program sees the global batch.
@@ -32,14 +33,31 @@ def layers(model):
     return found
 
 
-def synchronized_clone(layer):
-    """clone_model's clone_function: batch normalization synchronised."""
+def synchronize(model, synchronized=True):
+    """TensorFlow: every BatchNormalization layer of `model` (nested models
+    included) normalises over the global batch, or (False) as it was made.
+    Its config still says what the program made it with: a saved file
+    loads on every engine (only TensorFlow accepts synchronized=True)."""
     import keras
 
-    config = layer.get_config()
-    if isinstance(layer, keras.layers.BatchNormalization):
-        config["synchronized"] = True
-    return layer.__class__.from_config(config)
+    from agnostic import in_place
+
+    for layer in in_place.layers(model):
+        if not isinstance(layer, keras.layers.BatchNormalization):
+            continue
+        own = layer.__dict__.setdefault("_agnostic_own_synchronized", layer.synchronized)
+        layer.synchronized = synchronized or own
+        if "get_config" not in layer.__dict__:
+            layer.get_config = _as_made(layer.get_config, own)
+
+
+def _as_made(get_config, own):
+    def run():
+        config = get_config()
+        config["synchronized"] = own
+        return config
+
+    return run
 
 
 def moving_statistics(model):

@@ -2,31 +2,30 @@
 import sys
 import warnings
 
-from agnostic import plan as plan_lib, strategies
+from agnostic import in_place, plan as plan_lib, strategies
 from agnostic.compat import versions
 from agnostic.strategies import base
 
 def backend_agnostic_compile(
     model,
-    loss=None,
-    optimizer="rmsprop",
-    metrics=None,
-    *,
+    *args,
     gpus=None,
     cpu_merge=True,
     cpu_relocation=False,
     sync_batch_norm=True,
-    **compile_kwargs
+    **kwargs
 ):
-    """Compiles `model` to train on every available device.
+    """Compiles `model` to train on every available device, in place.
 
-    Call it where you would call `model.compile(...)`, then call `fit`,
-    `evaluate` and `predict` on the model it returns. After `fit`, `model` (the
-    template) holds the trained weights too.
+    Call it where you would call `model.compile(...)`, with the same
+    arguments, then call `model.fit(...)` as before: the model you passed is
+    the one that trains on every device (it is also returned).
 
     Args:
-        model: A Keras model, built anywhere (no scope needed).
-        loss, optimizer, metrics: As for `model.compile`.
+        model: A Keras model, built or not, made anywhere (no scope needed):
+            functional, Sequential, subclassed, with its own `compile`.
+        *args, **kwargs: Passed to `model.compile` as given (a model with its
+            own `compile`, such as a GAN's, gets its own arguments).
         gpus: None for every visible accelerator, an int for that many, or a
             list of device ids such as [0, 2].
         cpu_merge: TensorFlow: reduce gradients on the CPU (the legacy
@@ -40,13 +39,12 @@ def backend_agnostic_compile(
             False: each replica uses its own share's statistics (faster, and
             not what one device computes); the moving statistics are still
             averaged over the replicas.
-        **compile_kwargs: Passed on to `compile`.
 
     Returns:
-        A compiled Keras model.
+        `model`, compiled.
 
     Example:
-        >>> model = backend_agnostic_compile(
+        >>> backend_agnostic_compile(
         ...     model, loss="sparse_categorical_crossentropy",
         ...     optimizer="sgd", metrics=["accuracy"])
         >>> model.fit(x, y, batch_size=64, epochs=2)
@@ -66,8 +64,7 @@ def backend_agnostic_compile(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
         sync_batch_norm=sync_batch_norm,
     )
-    compile_kwargs.update(loss=loss, optimizer=optimizer, metrics=metrics)
-    return strategy.compile(base.start_again(model), compile_kwargs)
+    return strategy.compile(base.start_again(model), in_place.CompileCall(args, kwargs))
 
 
 def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm):

@@ -12,8 +12,9 @@ A call of the returned model's `fit` runs, top to bottom:
    every process restores the chief's);
 5. scope: Keras's fit runs in the engine's scope (JAX: the model's own
    distribution, as several may coexist);
-6. weights back: the trained weights are copied into the template, also when
-   fit is interrupted, as the legacy `multi_gpu_model` did.
+
+The model is the program's own (agnostic trains it in place, see
+agnostic/in_place.py): nothing is copied back after fit.
 
 `evaluate` runs 1, 2, 3 and 5 (not for fit's own validation, sharded
 already); `predict` 1, 3 and 5 (where each process feeds its own data, every
@@ -23,7 +24,7 @@ process predicts everything: no split to check); `train_on_batch` and
 `save`, `save_weights` and `export` write atomically on the chief only, each
 followed by a barrier across processes; `load_weights` names a broken file.
 """
-from agnostic import backup, batching, checkpoints, collectives, errors, sharding
+from agnostic import backup, batching, checkpoints, collectives, sharding
 from agnostic.compat import jax_on_batch, keras_fit
 from agnostic.strategies import base
 
@@ -43,11 +44,12 @@ class Processes:
 ONE_PROCESS = Processes(0, 1, None, None, shards=False)
 
 
-def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
-    """Wraps `model` (the one backend_agnostic_compile returns) as above;
-    `template` is the model the program passed, `replicas` the number of
-    devices over all processes, `scope` a factory of the engine's scope."""
+def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None):
+    """Wraps `model` (the program's, which backend_agnostic_compile returns)
+    as above; `replicas` the number of devices over all processes, `scope` a
+    factory of the engine's scope (`predict_scope`: predict's, if another)."""
     enter = scope or _no_scope
+    enter_predict = predict_scope or enter
 
     def fit(original):
         def run(*args, **kwargs):
@@ -55,20 +57,14 @@ def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
             if given is None:
                 return original(*args, **kwargs)  # Keras reports the wrong call
             batching.check_call("fit", original, replicas, (), given)
-            if model is not template and not template.weights:
-                _build_both(template, model, given.get("x"), enter)
             if processes.shards:
                 _shard_fit(given, processes)
             _chief_only(given, processes)
             if given.get("callbacks"):
                 given["callbacks"] = backup.swap_callbacks(given["callbacks"],
                                                            processes.is_chief)
-            try:
-                with enter():
-                    return original(**given)
-            finally:
-                if model is not template:
-                    template.set_weights(model.get_weights())
+            with enter():
+                return original(**given)
 
         return run
 
@@ -96,7 +92,7 @@ def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
             if not processes.shards:  # else every process predicts everything
                 batching.check_call("predict", original, replicas, (), given)
             _chief_only(given, processes)
-            with enter():
+            with enter_predict():
                 return original(**given)
 
         return run
@@ -106,7 +102,7 @@ def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
             def run(*args, **kwargs):
                 given = batching.named_arguments(original, args, kwargs)
                 if given is None or processes.shards and method_name == "predict_on_batch":
-                    with enter():  # every process predicts everything
+                    with enter_predict():  # every process predicts everything
                         return original(*args, **kwargs)
                 batching.check_call(method_name, original, replicas, (), given)
                 if processes.shards:  # this process's part of the batch
@@ -121,49 +117,12 @@ def wrap(model, template, replicas, scope=None, processes=ONE_PROCESS):
 
         return wrapper
 
-    if template is not model:
-        model.__dict__["_agnostic_template"] = _TemplateLink(template)
     base.wrap_method(model, "fit", fit)
     base.wrap_method(model, "evaluate", evaluate)
     base.wrap_method(model, "predict", predict)
     for method_name in ("train_on_batch", "test_on_batch", "predict_on_batch"):
         base.wrap_method(model, method_name, on_batch(method_name))
     guard_files(model, processes)
-    if template is not model:
-        # The template receives the weights: the script may save it instead.
-        guard_files(template, processes)
-
-
-def _build_both(template, model, x, enter):
-    """Before fit, for a template without weights (a Sequential without an
-    Input, a subclassed model never called): Keras builds it from the first
-    batch, drawing the initial weights from its layers' own seeds. The
-    template is built so from the first sample, and the copy in the engine's
-    scope gets its weights (its layers, cloned, drew other seeds)."""
-    import keras
-
-    if not batching.num_samples(x):
-        raise errors.NotSupportedError(
-            f"{type(template).__name__} has no weights yet, and Keras would build "
-            "it from the first batch; from this input (not arrays) agnostic cannot "
-            "build it first with one device's initial weights. Build it before "
-            "backend_agnostic_compile: start a Sequential with keras.Input(shape), "
-            "or call model.build(input_shape) or model(x[:1]) once."
-        )
-    first = sharding.take(x, [0])
-    if isinstance(template, keras.Sequential) and not isinstance(first, (dict, list, tuple)):
-        template.build((None,) + tuple(first.shape[1:]))
-    else:
-        template(first)
-    with enter(), _strategy_scope(model):
-        model(first)
-    model.set_weights(template.get_weights())
-
-
-def _strategy_scope(model):
-    """The scope of the tf.distribute strategy a TensorFlow model was made in."""
-    strategy = getattr(model, "distribute_strategy", None)
-    return strategy.scope() if strategy is not None else _no_scope()
 
 
 def _shard_fit(given, processes):
@@ -198,21 +157,6 @@ def _chief_only(given, processes):
         given["callbacks"] = [c for c in callbacks if type(c).__name__ not in QUIET_CALLBACKS]
 
 
-class _TemplateLink:
-    """Holds the returned model's template out of Keras's sight: Keras saves
-    every layer it finds among a model's attributes, and a file would hold
-    the template's weights a second time."""
-
-    def __init__(self, template):
-        self.template = template
-
-
-def template_of(model):
-    """The model passed to backend_agnostic_compile, for a returned model."""
-    link = model.__dict__.get("_agnostic_template")
-    return link.template if link is not None else None
-
-
 def guard_files(model, processes=ONE_PROCESS):
     """Atomic saves on the chief, none elsewhere; loads that name bad files.
 
@@ -222,9 +166,6 @@ def guard_files(model, processes=ONE_PROCESS):
     agnostic/collectives.py): BackupAndRestore restores the chief's backup
     everywhere with it, so that only the chief's disk needs one."""
     collectives.attach(model, processes.share)
-    if model.__dict__.get("_agnostic_files_guarded"):
-        return  # the returned model's template, guarded already
-    model.__dict__["_agnostic_files_guarded"] = True
     for name in ("save", "save_weights", "export"):
         if hasattr(model, name):
             if processes.is_chief:

@@ -123,10 +123,7 @@ def resolve(gpus=None, cpu_relocation=False, model=None):
     job = cluster.job(backend)
     placed = ()
     if model is not None:
-        from agnostic import pipeline
-
-        # A model backend_agnostic_compile returned: its template's placements.
-        placed = placement.requested(pipeline.template_of(model) or model)
+        placed = placement.requested(model)
     return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placed)
 

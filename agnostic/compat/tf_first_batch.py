@@ -9,12 +9,14 @@ batches 0-5, two devices on 0, 1, 6-9) and moves seeded shuffles one
 iteration on, so the batches differ from one device's; across workers Keras
 also averages that batch, which the engine refuses. The build needs only
 shapes and dtypes, so this builds from the distributed dataset's element
-spec and reads nothing.
+spec and reads nothing. A model without a `call` of its own (a GAN's step
+calls its parts) is not built there, as Keras does without a strategy.
 """
 
 
-def build_without_reading(model, strategy):
-    """Replaces `model`'s first-batch build by one from the data's spec."""
+def build_without_reading(model, strategy, scope=None):
+    """Replaces `model`'s first-batch build by one from the data's spec,
+    made in `scope()` (the strategy's scope by default)."""
     import keras
 
     if not callable(getattr(model, "_symbolic_build", None)):
@@ -25,9 +27,13 @@ def build_without_reading(model, strategy):
         )
 
     def build(iterator=None, data_batch=None):
+        if not model.built and type(model).call is keras.Model.call:
+            # No call to build from (a GAN's or VAE's step calls its parts):
+            # as without a strategy, state is made as the step first runs.
+            return
         if data_batch is None and iterator is not None:
             data_batch = _symbolic_batch(_element_spec(iterator))
-        with strategy.scope():
+        with (scope or strategy.scope)():
             model._symbolic_build(data_batch=data_batch)
 
     model.__dict__["_maybe_symbolic_build"] = build

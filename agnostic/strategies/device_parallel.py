@@ -2,8 +2,8 @@
 agnostic.device() runs on its device, in one process (torch: or in each of
 several processes, a replica each, gradients averaged as by torch-ddp).
 
-The template is cloned with each placed layer built in the device scope of
-its first call, so its variables live there (a layer called again under
+Each placed layer's variables are made again (torch: moved) in the device
+scope of its first call, so they live there (a layer called again under
 another device is read from there, as TensorFlow does); then every call of
 the copy runs each placed node in its own device scope. TensorFlow copies
 tensors between devices itself; on torch, the node's tensor inputs are
@@ -11,21 +11,19 @@ moved to its device (an unplaced call's to torch's default device), the
 model's outputs back to where its inputs came from, and each optimizer slot
 is made on its weight's device.
 """
-import contextlib
-
 from agnostic import pipeline, placement
-from agnostic.compat import keras_nodes
+from agnostic.compat import keras_nodes, keras_variables
 from agnostic.strategies import base
 
 
 class DeviceParallelStrategy(base.Strategy):
     name = "device-parallel"
 
-    def compile(self, template, compile_kwargs):
+    def compile(self, model, call):
         if self.plan.num_processes > 1:  # torch: replicas of the placed model
-            return _placed_replicas(self).compile(template, compile_kwargs)
-        model = placed_model(self.plan, template, compile_kwargs)
-        pipeline.wrap(model, template, 1)
+            return _placed_replicas(self).compile(model, call)
+        placed_model(self.plan, model, call)
+        pipeline.wrap(model, 1)
         return model
 
 
@@ -37,16 +35,16 @@ def _placed_replicas(strategy):
     class PlacedReplicas(torch_ddp.TorchDDPStrategy):
         multi_device = True
 
-        def replica(self, template, compile_kwargs, rank):
-            return placed_model(self.plan, template, compile_kwargs, rank)
+        def replica(self, model, compile_call, rank):
+            return placed_model(self.plan, model, compile_call, rank)
 
     return PlacedReplicas(strategy.plan, cpu_merge=strategy.cpu_merge,
                           cpu_relocation=strategy.cpu_relocation,
                           sync_batch_norm=strategy.sync_batch_norm)
 
 
-def placed_model(plan, template, compile_kwargs, rank=0):
-    """The template's compiled copy with each placed call on its device:
+def placed_model(plan, model, compile_call, rank=0):
+    """`model`, compiled, with each placed call on its device:
     replica `rank`'s devices stand in for the first replica's, which the
     plan's placements name."""
     import keras
@@ -62,16 +60,17 @@ def placed_model(plan, template, compile_kwargs, rank=0):
 
     placed = {call: engine_name(name) for call, name in plan.placements}
     first = {layer: engine_name(name) for layer, name in
-             placement.first_devices(template, plan.placements).items()}
+             placement.first_devices(model, plan.placements).items()}
 
-    def call_function(layer, *args, **kwargs):
-        if layer.name not in first:
-            return layer(*args, **kwargs)
-        with keras.device(first[layer.name]):
-            return layer(*args, **kwargs)
-
-    model = base.build_replica_model(template, contextlib.nullcontext(), compile_kwargs,
-                                     call_function=call_function)
+    for layer in model.layers:
+        if layer.name in first:
+            with keras.device(first[layer.name]):
+                for variable in layer.variables:
+                    if on_torch:
+                        keras_variables.moved(variable, first[layer.name])
+                    else:
+                        keras_variables.made_again(variable)
+    compile_call(model)
     devices = {id(node): placed[call] for call, node in keras_nodes.ordered_calls(model)
                if call in placed}
     if on_torch:

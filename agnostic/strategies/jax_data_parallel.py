@@ -4,36 +4,38 @@ With several processes (agnostic launch, or Keras's distribution variables),
 the devices are every process's: each process feeds its own part of every
 global batch, and JAX's one program computes on the whole batch.
 """
-from agnostic import collectives, pipeline
+import contextlib
+
+from agnostic import collectives, in_place, pipeline
+from agnostic.compat import keras_variables
 from agnostic.strategies import base
 
 
 class JaxDataParallelStrategy(base.Strategy):
     name = "jax-data-parallel"
 
-    def compile(self, template, compile_kwargs):
+    def compile(self, model, call):
         import keras
 
         plan = self.plan
         if plan.num_processes > 1:
-            _same_weights_everywhere(template)
+            _same_weights_everywhere(model)
         # agnostic gives each process its own shard (Keras would shard only
         # tf.data datasets), so Keras is told the data is already sharded.
         distribution = keras.distribution.DataParallel(
             devices=list(plan.devices), auto_shard_dataset=plan.num_processes == 1
         )
-        model = base.build_replica_model(template, distribution.scope(), compile_kwargs)
+        in_place.compile_in(model, distribution.scope(), call)
         # Keras shards each batch by the distribution active at call time, so
         # each call runs under this model's own one (several may coexist).
-        processes = pipeline.ONE_PROCESS
-        if plan.num_processes > 1:
-            processes = pipeline.Processes(plan.process_id, plan.num_processes,
-                                           barrier=_barrier, share=collectives.jax_share)
-        pipeline.wrap(model, template, plan.num_replicas, scope=distribution.scope,
-                      processes=processes)
-        if plan.num_processes > 1:
-            _predict_locally(model, template)  # outermost: outside the mesh
-            _save_outside_the_mesh(model)
+        if plan.num_processes == 1:
+            pipeline.wrap(model, plan.num_replicas, scope=distribution.scope)
+            return model
+        processes = pipeline.Processes(plan.process_id, plan.num_processes,
+                                       barrier=_barrier, share=collectives.jax_share)
+        pipeline.wrap(model, plan.num_replicas, scope=distribution.scope,
+                      processes=processes, predict_scope=lambda: _locally(model))
+        _save_outside_the_mesh(model)
         return model
 
 
@@ -64,22 +66,20 @@ def _save_outside_the_mesh(model):
             base.wrap_method(model, name, wrap)
 
 
-def _predict_locally(model, template):
+@contextlib.contextmanager
+def _locally(model):
     """Each process predicts every sample on its own devices: a prediction
-    spread over several processes' devices cannot be read back as one array."""
+    spread over several processes' devices cannot be read back as one
+    array. The model's variables hold this process's copy meanwhile."""
+    import keras
 
-    def wrapper(name):
-        def wrap(original):
-            def run(*args, **kwargs):
-                template.set_weights(model.get_weights())
-                return getattr(template, name)(*args, **kwargs)
-
-            return run
-
-        return wrap
-
-    for name in ("predict", "predict_on_batch"):
-        base.wrap_method(model, name, wrapper(name))
+    active = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        with keras_variables.local_values(model.variables):
+            yield
+    finally:
+        keras.distribution.set_distribution(active)
 
 
 def _barrier():
@@ -88,8 +88,8 @@ def _barrier():
     multihost_utils.sync_global_devices("agnostic: a file was saved")
 
 
-def _same_weights_everywhere(template):
+def _same_weights_everywhere(model):
     from jax.experimental import multihost_utils
 
-    weights = multihost_utils.broadcast_one_to_all(template.get_weights())
-    template.set_weights([w for w in weights])
+    weights = multihost_utils.broadcast_one_to_all(model.get_weights())
+    model.set_weights([w for w in weights])

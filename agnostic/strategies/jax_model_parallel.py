@@ -10,7 +10,7 @@ over the replicas (ModelParallel).
 """
 import re
 
-from agnostic import pipeline, placement
+from agnostic import in_place, pipeline, placement
 from agnostic.strategies import base
 
 BATCH, MODEL = "batch", "model"
@@ -19,7 +19,7 @@ BATCH, MODEL = "batch", "model"
 class JaxModelParallelStrategy(base.Strategy):
     name = "jax-model-parallel"
 
-    def compile(self, template, compile_kwargs):
+    def compile(self, model, call):
         import keras
 
         plan = self.plan
@@ -27,8 +27,8 @@ class JaxModelParallelStrategy(base.Strategy):
         mesh = keras.distribution.DeviceMesh((plan.num_replicas, size), (BATCH, MODEL),
                                              devices=list(plan.devices))
         layout_map = keras.distribution.LayoutMap(mesh)
-        placed = placement.first_devices(template, plan.placements)
-        for layer in template.layers:
+        placed = placement.first_devices(model, plan.placements)
+        for layer in model.layers:
             if layer.name not in placed:
                 continue
             for variable in layer.variables:
@@ -36,8 +36,8 @@ class JaxModelParallelStrategy(base.Strategy):
                                                                               size)
         distribution = keras.distribution.ModelParallel(layout_map=layout_map,
                                                         batch_dim_name=BATCH)
-        model = base.build_replica_model(template, distribution.scope(), compile_kwargs)
-        pipeline.wrap(model, template, plan.num_replicas, scope=distribution.scope)
+        in_place.compile_in(model, distribution.scope(), call)
+        pipeline.wrap(model, plan.num_replicas, scope=distribution.scope)
         return model
 
 

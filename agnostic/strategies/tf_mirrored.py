@@ -11,13 +11,13 @@ import contextlib
 import itertools
 import logging
 
-from agnostic import batch_norm, errors, pipeline, plan as plan_lib
-from agnostic.compat import (tf_central_metrics, tf_collective_keys, tf_first_batch,
-                             tf_on_batch)
-from agnostic.strategies import base, tf_workers
+from agnostic import errors, pipeline, plan as plan_lib
+from agnostic.compat import tf_central_metrics, tf_collective_keys
+from agnostic.strategies import base, tf_distribute, tf_workers
 
 LOGGER = logging.getLogger("agnostic")
 _STRATEGIES_MADE = itertools.count(1)
+_MADE = {}
 
 
 class TFMirroredStrategy(base.Strategy):
@@ -44,36 +44,38 @@ class TFMirroredStrategy(base.Strategy):
         return tf_collective_keys.mirrored_strategy(self.plan.devices, reduce,
                                                     10000 * next(_STRATEGIES_MADE))
 
-    def compile(self, template, compile_kwargs):
-        # Batch statistics over the global batch: Keras's own synchronised
-        # batch normalization in the replica model (the template keeps its
-        # layers as they are).
-        clone = batch_norm.synchronized_clone if self.sync_batch_norm else None
+    def compile(self, model, call):
         users = users_strategy(self.plan)
         if self.plan.strategy == plan_lib.TF_MULTI_WORKER:
-            return tf_workers.compile(self.plan, template, compile_kwargs, clone, users)
-        strategy = users or self.distribution()
-        if self.plan.strategy != plan_lib.TF_CENTRAL_STORAGE:
-            # Per-replica statistics: the moving ones are still averaged.
-            scope = strategy.scope() if self.sync_batch_norm else _central_scope(strategy)
-            model = base.build_replica_model(template, scope, compile_kwargs, clone)
-            tf_first_batch.build_without_reading(model, strategy)
-            tf_on_batch.split_batches(model, strategy)
-            pipeline.wrap(model, template, self.plan.num_replicas)
-            return model
-        LOGGER.info(
-            "cpu_relocation=True: the variables live once on /cpu:0 and %d "
-            "devices compute; their gradients are summed there%s.",
-            self.plan.num_replicas,
-            "" if self.cpu_merge else " (cpu_merge=False has no effect with it)",
-        )
-        model = base.build_replica_model(template, _central_scope(strategy), compile_kwargs,
-                                         clone)
-        tf_first_batch.build_without_reading(model, strategy)
-        tf_on_batch.split_batches(model, strategy)
-        tf_central_metrics.update_in_place(model)
-        pipeline.wrap(model, template, self.plan.num_replicas)
+            return tf_workers.compile(self.plan, model, call, self.sync_batch_norm, users)
+        central = self.plan.strategy == plan_lib.TF_CENTRAL_STORAGE
+        strategy = users or self._made_once()
+        if central:
+            LOGGER.info(
+                "cpu_relocation=True: the variables live once on /cpu:0 and %d "
+                "devices compute; their gradients are summed there%s.",
+                self.plan.num_replicas,
+                "" if self.cpu_merge else " (cpu_merge=False has no effect with it)",
+            )
+        # Per-replica statistics (and variables stored once) combine the
+        # updates a layer makes in its call.
+        scope = strategy.scope
+        if central or not self.sync_batch_norm:
+            def scope():
+                return _central_scope(strategy)
+        tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm)
+        if central:
+            tf_central_metrics.update_in_place(model)
+        pipeline.wrap(model, self.plan.num_replicas)
         return model
+
+    def _made_once(self):
+        """One strategy per kind and devices in a process: a model compiled
+        again (fine-tuning) keeps its variables where they are."""
+        key = (self.plan.strategy, self.plan.devices, self.cpu_merge)
+        if key not in _MADE:
+            _MADE[key] = self.distribution()
+        return _MADE[key]
 
 
 def users_strategy(plan):

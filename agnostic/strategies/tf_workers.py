@@ -3,8 +3,8 @@
 Keras's fit (3.13-3.16) needs help under it.
 """
 from agnostic import _startup, collectives, errors, pipeline
-from agnostic.compat import tf_first_batch, tf_on_batch, tf_worker_logs
-from agnostic.strategies import base
+from agnostic.compat import tf_worker_logs
+from agnostic.strategies import tf_distribute
 
 
 def strategy(plan):
@@ -25,39 +25,36 @@ def strategy(plan):
     )
 
 
-def compile(plan, template, compile_kwargs, clone_function=None, users=None):
+def compile(plan, model, call, sync_batch_norm=True, users=None):
     """`users`: the program's own MultiWorkerMirroredStrategy, in whose scope
     it compiles; the one agnostic made otherwise."""
     workers = users or strategy(plan)
-    _chief_weights(workers, template)
-    model = base.build_replica_model(template, workers.scope(), compile_kwargs,
-                                     clone_function)
-    tf_first_batch.build_without_reading(model, workers)
-    tf_on_batch.split_batches(model, workers)
+    _chief_weights(workers, model)
+    tf_distribute.distribute(model, workers, workers.scope, call, sync_batch_norm)
     tf_worker_logs.one_value_per_replica(model)
     # TensorFlow gives each worker its part of every batch itself.
     processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                    barrier=lambda: _barrier(workers),
                                    share=collectives.tf_workers_share(workers), shards=False)
-    pipeline.wrap(model, template, plan.num_replicas, processes=processes)
+    pipeline.wrap(model, plan.num_replicas, processes=processes)
     return model
 
 
-def _chief_weights(workers, template):
+def _chief_weights(workers, model):
     """Every worker starts from the chief's weights (workers may build their
     templates with different random initial values)."""
     import numpy as np
     import tensorflow as tf
 
     chief = workers.cluster_resolver.task_id == 0  # every process is a worker, rank order
-    weights = template.get_weights()
+    weights = model.get_weights()
 
     def value(weight):
         return lambda context: tf.constant(
             weight if chief and context.replica_id_in_sync_group == 0 else np.zeros_like(weight)
         )
 
-    template.set_weights([
+    model.set_weights([
         workers.reduce("SUM", workers.experimental_distribute_values_from_function(value(w)),
                        axis=None).numpy()
         for w in weights

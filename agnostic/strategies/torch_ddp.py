@@ -13,7 +13,7 @@ import datetime
 import logging
 import sys
 
-from agnostic import batch_norm, cluster, collectives, errors, pipeline
+from agnostic import batch_norm, cluster, collectives, errors, in_place, pipeline
 from agnostic.compat import torch_batch_norm, torch_keras_ddp
 from agnostic.launch import failures, local
 from agnostic.strategies import base, torch_reduce
@@ -32,12 +32,12 @@ class TorchDDPStrategy(base.Strategy):
     # takes no device ids.
     multi_device = False
 
-    def replica(self, template, compile_kwargs, rank):
-        """This process's compiled copy: the template itself."""
-        template.compile(**compile_kwargs)
-        return template
+    def replica(self, model, call, rank):
+        """This process's model, compiled: the program's own."""
+        call(model)
+        return model
 
-    def compile(self, template, compile_kwargs):
+    def compile(self, model, call):
         import torch
         import torch.distributed as dist
 
@@ -56,7 +56,7 @@ class TorchDDPStrategy(base.Strategy):
             )
             atexit.register(_leave_group)
             local.report_failures(group.rank)
-        model = self.replica(template, compile_kwargs, group.rank)
+        model = self.replica(model, call, group.rank)
         torch_reduce.broadcast([v.value for v in model.variables])
         if not torch_batch_norm.synchronize(model, self.sync_batch_norm):
             _average_moving_statistics(model, group.world_size)
@@ -64,12 +64,14 @@ class TorchDDPStrategy(base.Strategy):
             logger.info("Keras %s trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.", keras_version())
         else:
-            _average_gradients(model, group.world_size, self.multi_device)
+            _average_gradients(model, group.world_size, self.multi_device,
+                               in_place.optimizers(model, call))
         if not torch_keras_ddp.keras_is_data_parallel(model):
             _aggregate_metrics(model)
+        _global_step_logs(model, group.world_size)
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
                                        share=collectives.torch_share)
-        pipeline.wrap(model, template, group.world_size, processes=processes)
+        pipeline.wrap(model, group.world_size, processes=processes)
         return model
 
 
@@ -116,10 +118,11 @@ def keras_version():
     return keras.__version__
 
 
-def _average_gradients(model, world_size, multi_device=False):
+def _average_gradients(model, world_size, multi_device=False, optimizers=()):
     """Each training step's gradients averaged over the processes: torch's
     DistributedDataParallel while backward runs, when the step calls the
-    model (compat.torch_keras_ddp); else when the optimizer gets them."""
+    model (compat.torch_keras_ddp); else when an optimizer the model trains
+    with (`optimizers`: the model's, a GAN's own) gets them."""
     steps = GradientSteps(model, world_size, multi_device)
 
     def step(train_step):
@@ -137,7 +140,11 @@ def _average_gradients(model, world_size, multi_device=False):
 
     base.wrap_method(model, "train_step", step)
     base.wrap_method(model, "forward", steps.forward)
-    base.wrap_method(model.optimizer, "apply", apply)
+    # A loss-scale optimizer averages before its inner one sees the gradients.
+    inner = {id(getattr(optimizer, "inner_optimizer", None)) for optimizer in optimizers}
+    for optimizer in optimizers:
+        if id(optimizer) not in inner:
+            base.wrap_method(optimizer, "apply", apply)
     model.__dict__["_agnostic_gradients"] = steps  # read by tests and benchmarks
 
 
@@ -280,3 +287,52 @@ def _aggregate_metrics(model):
         return run
 
     base.wrap_method(model, "get_metrics_result", wrapper)
+
+
+def _global_step_logs(model, world_size):
+    """A step whose logs are not named as the model's metrics (the keras.io
+    VAE returns "loss" from a tracker named "total_loss") is reported by
+    Keras as it returned them: this process's share. Each such log that is
+    one of the metrics' results becomes that metric's result over every
+    process; any other is averaged over the processes."""
+    import torch
+
+    def wrapper(step):
+        def run(*args, **kwargs):
+            logs = step(*args, **kwargs)
+            names = {metric.name for metric in model.metrics}
+            if not isinstance(logs, dict) or set(logs) == names:
+                return logs  # Keras reads the metrics themselves
+            local = {metric.name: metric.result() for metric in model.metrics}
+            every = model.get_metrics_result()  # a collective: every process calls it
+            # One collective over the same keys everywhere, whatever matches.
+            scalars = sorted(key for key, value in logs.items()
+                             if torch.is_tensor(value) and value.numel() == 1)
+            averaged = {}
+            if scalars:
+                stacked = torch.stack([logs[key].detach().float().reshape(())
+                                       for key in scalars])
+                torch_reduce.all_reduce_mean([stacked], world_size)
+                averaged = dict(zip(scalars, stacked))
+            result = {}
+            for key, value in logs.items():
+                match = key if key in local else next(
+                    (name for name, own in local.items() if _same(own, value)), None)
+                if match is not None and match in every:
+                    result[key] = every[match]
+                else:
+                    result[key] = averaged.get(key, value)
+            return result
+
+        return run
+
+    for name in ("train_step", "test_step"):
+        base.wrap_method(model, name, wrapper)
+
+
+def _same(one, other):
+    import torch
+
+    if not (torch.is_tensor(one) and torch.is_tensor(other)) or one.shape != other.shape:
+        return False
+    return bool(torch.equal(one.detach().to(other.device), other.detach()))

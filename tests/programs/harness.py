@@ -22,16 +22,32 @@ REPLICAS = int(os.environ.get("AGNOSTIC_TEST_REPLICAS", "2"))
 ENGINE = keras.backend.backend()
 
 
-def compile(model, **kwargs):
-    """`model.compile(**kwargs)` on one device, or agnostic's on REPLICAS."""
+def compile(model, *args, **kwargs):
+    """`model.compile(...)` on one device, or agnostic's on REPLICAS: the
+    literal swap, its return value ignored (the program goes on with its
+    own model, as a user's does)."""
     if MODE == "plain":
-        model.compile(**kwargs)
+        model.compile(*args, **kwargs)
         return model
     import agnostic
 
     sync = os.environ.get("AGNOSTIC_TEST_SYNC_BATCH_NORM", "1") == "1"
-    return agnostic.backend_agnostic_compile(model, gpus=REPLICAS, sync_batch_norm=sync,
-                                             **kwargs)
+    agnostic.backend_agnostic_compile(model, *args, gpus=REPLICAS, sync_batch_norm=sync,
+                                      **kwargs)
+    return model
+
+
+def devices_used(model):
+    """How many devices (torch: processes) hold the model's first weight:
+    TensorFlow's mirrored copies, JAX's mesh, torch's process group."""
+    weight = model.weights[0].value
+    if ENGINE == "tensorflow":
+        return len(getattr(weight, "values", (weight,)))
+    if ENGINE == "jax":
+        return len(weight.sharding.device_set)
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def is_chief(model=None):
@@ -101,6 +117,7 @@ def finish(model, history=None, evaluation=None, **extra):
     report = {
         "history": {k: [float(v) for v in values] for k, values in history.items()},
         "evaluation": _plain(evaluation),
+        "devices_used": devices_used(model) if model.weights else 0,
     }
     report.update({key: _plain(value) for key, value in extra.items()})
     with open(os.path.join(FOLDER, f"{MODE}.json"), "w") as handle:

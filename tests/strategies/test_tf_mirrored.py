@@ -212,13 +212,21 @@ def test_on_batch_calls_split_their_batch_like_fit(options):
     assert models.relative_difference(reference.get_weights(), model.get_weights()) < 1e-6
 
 
-def test_optimizer_object_is_rebuilt_inside_the_strategy():
-    optimizer = keras.optimizers.SGD(0.1)
-    template = models.build(keras)
-    model = agnostic.backend_agnostic_compile(template, optimizer=optimizer, gpus=2,
-                                              loss="mse")
-    assert model.optimizer is not optimizer
-    assert float(np.asarray(model.optimizer.learning_rate)) == pytest.approx(0.1)
+def test_the_programs_optimizer_and_metrics_are_the_ones_that_train_mirrored():
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    metric = keras.metrics.SparseCategoricalAccuracy(name="acc")
+    model = models.build(keras)
+    returned = agnostic.backend_agnostic_compile(model, optimizer=optimizer, gpus=2,
+                                                 loss="sparse_categorical_crossentropy",
+                                                 metrics=[metric])
+    assert returned is model and model.optimizer is optimizer
+    x, y = models.data()
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert int(optimizer.iterations.numpy()) == len(x) // 16
+    # Made in the strategy: one copy per replica of every variable it holds.
+    for variable in optimizer.variables + metric.variables + model.weights:
+        assert len(variable.value.values) == 2, variable.path
+    assert float(np.asarray(optimizer.learning_rate)) == pytest.approx(0.1)
 
 
 def test_central_metrics_name_the_keras_version_when_their_handle_moves():

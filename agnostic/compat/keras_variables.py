@@ -1,0 +1,119 @@
+"""The user's model distributed where it is: a Keras variable's engine
+variable made again where the active scope puts new ones (Keras 3.13-3.16).
+
+Keras makes a variable's engine variable once, when the variable is made
+(`KerasVariable._initialize`, private): inside a tf.distribute strategy's
+scope a mirrored one, inside a keras.distribution's scope an array laid out
+on its mesh, inside keras.device() one on that device. agnostic makes it
+again from its current value inside the plan's scope, so that the user's own
+Keras variables (and every layer, optimizer and metric holding them) train
+on every device; nothing is copied or rebuilt. With TensorFlow, a model and
+its optimizers also record the strategy they were made under
+(`_distribute_strategy`, `_distribution_strategy`), and an optimizer built
+already keys its variables by their engine variables.
+"""
+import contextlib
+
+from agnostic.compat import versions
+
+
+def made_again(variable):
+    """`variable`'s engine variable, made again from its value in the
+    active scope (TensorFlow, JAX; torch: see `moved`)."""
+    import keras
+
+    if not callable(getattr(variable, "_initialize", None)):
+        raise versions.moved("KerasVariable._initialize (how a variable is made)")
+    engine = keras.backend.backend()
+    if engine == "tensorflow":
+        variable._initialize(_tf_variable_like(variable))
+    elif engine == "jax":
+        if "_layout" not in vars(variable):
+            raise versions.moved("JaxVariable._layout (a variable's place on the mesh)")
+        value = variable.value
+        variable._layout = None  # the active distribution's layout, as at creation
+        variable._initialize(value)
+    else:
+        raise ValueError(f"made_again: no engine variable to make again on {engine}")
+
+
+def _tf_variable_like(variable):
+    """A tf.Variable made in the active scope with the value and settings of
+    `variable`'s, trainable as the old one was made: TensorFlow watches only
+    trainable engine variables, and Keras's flag (a frozen layer, unfrozen
+    later for fine-tuning) never changes the engine's."""
+    import tensorflow as tf
+
+    old = variable.value
+    return tf.Variable(
+        tf.convert_to_tensor(old), dtype=old.dtype, trainable=old.trainable,
+        name=variable.name, aggregation=variable._map_aggregation(variable.aggregation),
+        synchronization=variable._map_synchronization(variable.synchronization),
+    )
+
+
+def moved(variable, device):
+    """torch: the variable's tensor moved to `device` in place (the module
+    keeps the same Parameter, which DistributedDataParallel and the
+    optimizer hold)."""
+    import torch
+
+    with torch.no_grad():
+        variable.value.data = variable.value.data.to(device)
+
+
+def in_strategy(variable, strategy):
+    """TensorFlow: whether `variable` was made under `strategy` already."""
+    return strategy.extended.variable_created_in_scope(variable.value)
+
+
+def train_under(model, strategy):
+    """TensorFlow: `model`'s fit, evaluate and predict run under `strategy`,
+    as for a model made in its scope."""
+    if "_distribute_strategy" not in vars(model):
+        raise versions.moved("TensorFlowTrainer._distribute_strategy")
+    model._distribute_strategy = strategy
+
+
+def optimizer_under(optimizer, strategy):
+    """TensorFlow: `optimizer` updates its variables through `strategy`, as
+    one made in its scope; one built already finds its variables again."""
+    if "_distribution_strategy" not in vars(optimizer):
+        raise versions.moved("TFOptimizer._distribution_strategy")
+    optimizer._distribution_strategy = strategy
+    rekeyed(optimizer)
+
+
+def rekeyed(optimizer):
+    """An optimizer built already finds its variables by their (new) engine
+    variables."""
+    if not getattr(optimizer, "built", False):
+        return
+    if not isinstance(getattr(optimizer, "_trainable_variables_indices", None), dict):
+        raise versions.moved("BaseOptimizer._trainable_variables_indices")
+    optimizer._trainable_variables_indices = {
+        optimizer._var_key(variable): index
+        for index, variable in enumerate(optimizer._trainable_variables)
+    }
+
+
+@contextlib.contextmanager
+def local_values(variables):
+    """JAX, several processes: each variable holds this process's own copy
+    of its value (replicated: every device has all of it) while the block
+    runs, then its value over every process's devices again."""
+    kept = []
+    for variable in variables:
+        value = variable.value
+        shards = getattr(value, "addressable_shards", None)
+        if not shards or "_value" not in vars(variable) or "_layout" not in vars(variable):
+            raise versions.moved("JaxVariable._value and _layout (a variable's array)")
+        # Without a layout, what Keras writes back after predict stays
+        # local; a copy, since predict donates the buffers it is given.
+        kept.append((variable, value, variable._layout))
+        variable._value, variable._layout = shards[0].data.copy(), None
+    try:
+        yield
+    finally:
+        for variable, value, layout in kept:
+            variable._value, variable._layout = value, layout

@@ -1,0 +1,93 @@
+"""The user's model trains on every device itself: compiled with the
+program's own arguments inside the plan's scope, its existing state moved
+into that scope.
+
+Nothing is cloned: the model the program holds is the one `fit` trains,
+with its layers as written (custom layers, Lambda, adapted preprocessing),
+its trainable flags, its own `compile` signature and its steps. Its state
+made before the call (weights, adapted statistics, seed generators, the
+optimizers and metrics passed to compile or held by the model) is made
+again in the scope; state made later (a lazily built model, the optimizer's
+slots) is made there by Keras itself, since the model's steps run in it.
+"""
+from agnostic.compat import keras_fit, keras_variables
+
+
+class CompileCall:
+    """The program's arguments to compile, passed on as given."""
+
+    def __init__(self, args, kwargs):
+        self.args, self.kwargs = tuple(args), dict(kwargs)
+
+    def __call__(self, model, **extra):
+        model.compile(*self.args, **self.kwargs, **extra)
+
+    def objects(self, kind):
+        """The instances of `kind` among the arguments, nested ones included."""
+        found = []
+
+        def visit(value):
+            if isinstance(value, kind):
+                found.append(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    visit(item)
+            elif isinstance(value, dict):
+                for item in value.values():
+                    visit(item)
+
+        visit(list(self.args) + list(self.kwargs.values()))
+        return found
+
+
+def optimizers(model, call):
+    """Every optimizer the model trains with: compile's, the arguments', the
+    model's own attributes (a GAN's two), a loss-scale optimizer's inner one."""
+    import keras
+
+    found = call.objects(keras.optimizers.Optimizer)
+    found += [getattr(model, "optimizer", None)]
+    found += [value for value in vars(model).values()
+              if isinstance(value, keras.optimizers.Optimizer)]
+    found += [getattr(optimizer, "inner_optimizer", None) for optimizer in found]
+    return _unique(found)
+
+
+def state(model, call):
+    """Every Keras variable the model's training reads or writes."""
+    import keras
+
+    variables = list(model.variables)
+    metrics = call.objects(keras.metrics.Metric) + list(model.metrics)
+    metrics += [value for value in vars(model).values()
+                if isinstance(value, keras.metrics.Metric)]
+    for metric in _unique(metrics):
+        variables += metric.variables
+    for optimizer in optimizers(model, call):
+        variables += optimizer.variables
+    return _unique(variables)
+
+
+def compile_in(model, scope, call, placed=None):
+    """Compiles `model` inside `scope` and makes its existing state again
+    there (each variable for which `placed(variable)` is not true)."""
+    with scope:
+        call(model)
+        for variable in state(model, call):
+            if placed is None or not placed(variable):
+                keras_variables.made_again(variable)
+    return model
+
+
+def layers(model):
+    """Every layer under `model`, nested models' included."""
+    return keras_fit.every_layer(model)
+
+
+def _unique(values):
+    seen, unique = set(), []
+    for value in values:
+        if value is not None and id(value) not in seen:
+            seen.add(id(value))
+            unique.append(value)
+    return unique

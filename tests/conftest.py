@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Keras 2.2 on MXNet has no multi-machine path (see the README), and the
 # programs of tests/programs/ are written in Keras 3's API.
-collect_ignore = (["test_nodes.py", "test_programs.py"]
+collect_ignore = (["test_nodes.py", "test_programs.py", "test_keras_io.py"]
                   if os.environ.get("KERAS_BACKEND") == "mxnet" else [])
 
 

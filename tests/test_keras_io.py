@@ -6,9 +6,9 @@ within 1e-3, predictions, and the N devices really used.
 Programs that draw random numbers inside their train step (the GAN's latent
 vectors, the VAE's epsilon) run two ways: with the draws given as data
 (PROGRAM_NOISE_AS_DATA=1), which must be one device's run on every engine;
-and as keras.io writes them, where each TensorFlow replica or torch process
-draws for its own share of the batch (README, "Known differences"): exact
-on JAX, within a measured bound elsewhere."""
+and (the GAN) as keras.io writes it, where each TensorFlow replica or torch
+process draws for its own share of the batch (README, "Known differences"):
+exact on JAX, within a measured bound elsewhere."""
 import importlib.util
 
 import numpy as np
@@ -48,7 +48,13 @@ def assert_close(plain, agnostic, key, tolerance=1e-5):
                                atol=tolerance, err_msg=key)
 
 
-@pytest.mark.parametrize("replicas", [pytest.param("2", marks=VERSIONS), "4"])
+# torch runs 2 processes (each one starts the engine: the costly case);
+# TensorFlow and JAX also 4 devices.
+REPLICAS = ["2"] if ENGINE == "torch" else ["4"]
+HAS_TENSORFLOW = importlib.util.find_spec("tensorflow") is not None
+
+
+@pytest.mark.parametrize("replicas", REPLICAS)
 def test_lambda_layers_and_a_layer_without_config(replicas, tmp_path):
     plain, agnostic = run_both("lambda_model", tmp_path, env=replicas_env(replicas))
     assert_same_training(plain, agnostic)
@@ -56,8 +62,11 @@ def test_lambda_layers_and_a_layer_without_config(replicas, tmp_path):
     assert_trained_on(agnostic, replicas)
 
 
-@pytest.mark.parametrize("replicas", [pytest.param("2", marks=VERSIONS), "4"])
-def test_structured_data_keeps_the_adapted_preprocessing(replicas, tmp_path):
+@pytest.mark.skipif(not HAS_TENSORFLOW, reason="Keras's preprocessing layers adapt "
+                    "and look up through TensorFlow, which this environment lacks; the "
+                    "portability environment runs this test on JAX and torch")
+def test_structured_data_keeps_the_adapted_preprocessing(tmp_path):
+    replicas = "2"
     plain, agnostic = run_both("structured_data", tmp_path, env=replicas_env(replicas))
     # Adapted, not the identity (the data's ages have mean 54).
     assert plain["adapted_mean"][0] == pytest.approx(54.0, abs=2.0)
@@ -69,7 +78,6 @@ def test_structured_data_keeps_the_adapted_preprocessing(replicas, tmp_path):
     assert_trained_on(agnostic, replicas)
 
 
-@VERSIONS
 def test_lazily_built_subclassed_model_saves_and_loads(tmp_path):
     plain, agnostic = run_both("lazy_subclassed", tmp_path)
     assert_same_training(plain, agnostic)
@@ -136,7 +144,6 @@ def test_gan_as_the_tensorflow_guide_writes_it_without_built(tmp_path):
     assert_trained_on(agnostic, "2")
 
 
-@VERSIONS
 def test_vae_with_epsilon_given_as_data_trains_as_one_device(tmp_path):
     plain, agnostic = run_both("vae", tmp_path, env=NOISE_AS_DATA, both=True)
     assert_same_training(plain, agnostic)
@@ -144,21 +151,6 @@ def test_vae_with_epsilon_given_as_data_trains_as_one_device(tmp_path):
     assert_close(plain, agnostic, "z_mean")
     assert_close(plain, agnostic, "reconstruction")
     assert_trained_on(agnostic, "2")
-
-
-def test_vae_sampling_in_the_step(tmp_path):
-    plain, agnostic = run_both("vae", tmp_path)
-    assert_trained_on(agnostic, "2")
-    if ENGINE == "jax":
-        assert_same_training(plain, agnostic)
-        return
-    # Each replica or process draws its own share's epsilon; Adam enlarges
-    # the difference. Measured 3.0e-2 (TensorFlow, the VAE given `self.built = True`) and
-    # 2.6e-2 (torch) after 2 epochs, Keras 3.15.1.
-    assert 0 < relative_difference(plain["weights"], agnostic["weights"]) < 1e-1
-    for key, values in plain["history"].items():
-        np.testing.assert_allclose(agnostic["history"][key], values, rtol=1e-2, atol=1e-2,
-                                   err_msg=key)
 
 
 def test_vae_with_add_loss_in_a_layer_and_a_compiled_loss(tmp_path):
@@ -170,8 +162,6 @@ def test_vae_with_add_loss_in_a_layer_and_a_compiled_loss(tmp_path):
     assert_trained_on(agnostic, "2")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None,
-                    reason="keras_hub is not installed (pip install keras-hub)")
 def test_a_keras_hub_task_model_built_from_its_config(tmp_path):
     plain, agnostic = run_both("keras_hub_model", tmp_path)
     assert_same_training(plain, agnostic)

@@ -18,7 +18,8 @@ class EngineUnavailableError(AgnosticError, ImportError):
 
 
 class ModelCopyError(AgnosticError, ValueError):
-    """The model cannot be rebuilt inside a strategy's scope."""
+    """Kept for programs that catch it: agnostic no longer copies models
+    (the program's model trains in place), so nothing raises it."""
 
 
 class SingleDeviceWarning(UserWarning):

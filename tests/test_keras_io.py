@@ -167,3 +167,28 @@ def test_a_keras_hub_task_model_built_from_its_config(tmp_path):
     assert_same_training(plain, agnostic)
     assert_close(plain, agnostic, "predictions")
     assert_trained_on(agnostic, "2")
+
+
+def test_the_internals_of_training_in_place_name_the_keras_version_when_they_move():
+    # agnostic makes a model's engine variables again in the plan's scope
+    # through Keras internals (agnostic/compat/keras_variables.py); a Keras
+    # without them fails by name, before any work.
+    import types
+
+    from agnostic.compat import keras_variables
+
+    moved = f"Keras {keras.__version__} no longer has"
+    with pytest.raises(RuntimeError, match=moved):
+        keras_variables.made_again(types.SimpleNamespace(value=np.zeros(())))
+    with pytest.raises(RuntimeError, match=moved):
+        keras_variables.train_under(types.SimpleNamespace(), strategy=None)
+    with pytest.raises(RuntimeError, match=moved):
+        keras_variables.optimizer_under(types.SimpleNamespace(), strategy=None)
+    # On this Keras they are there.
+    variable = keras.Variable(np.ones((2,), "float32"))
+    assert callable(variable._initialize)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    if ENGINE == "tensorflow":
+        assert "_distribute_strategy" in vars(model)
+    if ENGINE == "jax":
+        assert "_layout" in vars(variable)

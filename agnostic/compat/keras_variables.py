@@ -26,7 +26,9 @@ def made_again(variable):
         raise versions.moved("KerasVariable._initialize (how a variable is made)")
     engine = keras.backend.backend()
     if engine == "tensorflow":
+        old = _tf_key(variable.value)
         variable._initialize(_tf_variable_like(variable))
+        _TF_KEYS[old] = _tf_key(variable.value)
     elif engine == "jax":
         if "_layout" not in vars(variable):
             raise versions.moved("JaxVariable._layout (a variable's place on the mesh)")
@@ -35,6 +37,22 @@ def made_again(variable):
         variable._initialize(value)
     else:
         raise ValueError(f"made_again: no engine variable to make again on {engine}")
+
+
+# TensorFlow: an optimizer keys a variable by its engine variable's id
+# (TFOptimizer._var_key); old id -> new id of each variable made again.
+_TF_KEYS = {}
+
+
+def _tf_key(value):
+    import tensorflow as tf
+
+    if isinstance(value, tf.distribute.DistributedValues):
+        return value._unique_id
+    container = getattr(value, "_distributed_container", None)
+    if container is None:
+        container = getattr(getattr(value, "handle", None), "_distributed_container", None)
+    return (container() if container is not None else value)._unique_id
 
 
 def _tf_variable_like(variable):
@@ -85,16 +103,19 @@ def optimizer_under(optimizer, strategy):
 
 
 def rekeyed(optimizer):
-    """An optimizer built already finds its variables by their (new) engine
-    variables."""
-    if not getattr(optimizer, "built", False):
-        return
-    if not isinstance(getattr(optimizer, "_trainable_variables_indices", None), dict):
-        raise versions.moved("BaseOptimizer._trainable_variables_indices")
-    optimizer._trainable_variables_indices = {
-        optimizer._var_key(variable): index
-        for index, variable in enumerate(optimizer._trainable_variables)
-    }
+    """The optimizer finds its variables again by their new engine variables:
+    the indices of a built one, the weight decay each gets (Keras 3.16), the
+    variables excluded from weight decay (`exclude_from_weight_decay`)."""
+    for name in ("_trainable_variables_indices", "_weight_decay_by_var_key"):
+        keyed = getattr(optimizer, name, None)
+        if isinstance(keyed, dict):
+            setattr(optimizer, name, {_TF_KEYS.get(key, key): value
+                                      for key, value in keyed.items()})
+        elif name == "_trainable_variables_indices":
+            raise versions.moved("BaseOptimizer._trainable_variables_indices")
+    excluded = getattr(optimizer, "_exclude_from_weight_decay", None)
+    if isinstance(excluded, (set, frozenset)):
+        optimizer._exclude_from_weight_decay = {_TF_KEYS.get(key, key) for key in excluded}
 
 
 @contextlib.contextmanager

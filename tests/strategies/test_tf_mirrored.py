@@ -241,3 +241,54 @@ def test_central_metrics_name_the_keras_version_when_their_handle_moves():
     stand_in = types.SimpleNamespace(value=np.zeros(()))
     with pytest.raises(RuntimeError, match=f"Keras {keras.__version__} no longer has"):
         tf_central_metrics._stored(stand_in)
+
+
+def test_batch_normalization_in_a_nested_model_uses_the_global_batch():
+    def build():
+        models.seed(keras, 3)
+        inner = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8),
+                                  keras.layers.BatchNormalization()])
+        inputs = keras.Input((8,))
+        outputs = keras.layers.Dense(3, activation="softmax")(inner(inputs))
+        return keras.Model(inputs, outputs)
+
+    def trained(model):
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+        return model
+
+    x, y = models.data()
+    reference = build()
+    reference.compile(optimizer=models.sgd(keras), **models.COMPILE)
+    model = build()
+    agnostic.backend_agnostic_compile(model, optimizer=models.sgd(keras), gpus=2,
+                                      **models.COMPILE)
+    unsynchronized = build()
+    agnostic.backend_agnostic_compile(unsynchronized, optimizer=models.sgd(keras), gpus=2,
+                                      sync_batch_norm=False, **models.COMPILE)
+    expected = trained(reference).get_weights()
+    assert models.relative_difference(expected, trained(model).get_weights()) < 1e-5
+    # Per-replica statistics would differ: the test can tell.
+    assert models.relative_difference(expected, trained(unsynchronized).get_weights()) > 1e-4
+    # The layer's config is as the program made it: the file loads anywhere.
+    assert model.layers[1].layers[1].get_config()["synchronized"] is False
+
+
+def test_an_optimizer_built_and_excluding_weights_from_decay_trains_as_on_one_device():
+    # The optimizer keys variables by their engine variables, which
+    # agnostic makes again: its exclusions and, compiled again with the same
+    # (built) optimizer, its indices follow them.
+    x, y = models.data()
+
+    def trained(compile):
+        model = models.build(keras)
+        optimizer = keras.optimizers.AdamW(0.01, weight_decay=0.5)
+        optimizer.exclude_from_weight_decay(var_list=[model.layers[-1].kernel])
+        for _ in range(2):
+            compile(model, optimizer=optimizer, **models.COMPILE)
+            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    expected = trained(lambda model, **kwargs: model.compile(**kwargs))
+    actual = trained(lambda model, **kwargs: agnostic.backend_agnostic_compile(
+        model, gpus=2, **kwargs))
+    assert models.relative_difference(expected, actual) < 1e-5

@@ -15,7 +15,7 @@ statistics of the whole global batch:
 
 With `sync_batch_norm=False` each replica keeps its own batch statistics
 (faster: what MirroredStrategy and DistributedDataParallel do by default),
-and the moving statistics are averaged, so every replica and the template
+and the moving statistics are averaged, so every replica and process
 hold the same ones.
 """
 

@@ -5,8 +5,8 @@
   Keras's does, so fit's `initial_epoch` argument has been read already);
 - fit evaluates its validation data with `_use_cached_eval_dataset=True`
   (data fit has prepared, which agnostic must not split again);
-- every layer of a model, nested ones included (`_flatten_layers`), to copy
-  trainable flags from one model to its clone.
+- every layer of a model, nested ones included (`_flatten_layers`), to
+  reach BatchNormalization layers nested in other models.
 """
 from agnostic.compat import versions
 

@@ -42,7 +42,7 @@ def compile(plan, model, call, sync_batch_norm=True, users=None):
 
 def _chief_weights(workers, model):
     """Every worker starts from the chief's weights (workers may build their
-    templates with different random initial values)."""
+    models with different random initial values)."""
     import numpy as np
     import tensorflow as tf
 

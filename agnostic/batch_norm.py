@@ -40,9 +40,9 @@ def synchronize(model, synchronized=True):
     loads on every engine (only TensorFlow accepts synchronized=True)."""
     import keras
 
-    from agnostic import in_place
+    from agnostic.compat import keras_fit
 
-    for layer in in_place.layers(model):
+    for layer in keras_fit.every_layer(model):
         if not isinstance(layer, keras.layers.BatchNormalization):
             continue
         own = layer.__dict__.setdefault("_agnostic_own_synchronized", layer.synchronized)

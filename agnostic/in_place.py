@@ -10,7 +10,7 @@ optimizers and metrics passed to compile or held by the model) is made
 again in the scope; state made later (a lazily built model, the optimizer's
 slots) is made there by Keras itself, since the model's steps run in it.
 """
-from agnostic.compat import keras_fit, keras_variables
+from agnostic.compat import keras_variables
 
 
 class CompileCall:
@@ -77,11 +77,6 @@ def compile_in(model, scope, call, placed=None):
             if placed is None or not placed(variable):
                 keras_variables.made_again(variable)
     return model
-
-
-def layers(model):
-    """Every layer under `model`, nested models' included."""
-    return keras_fit.every_layer(model)
 
 
 def _unique(values):

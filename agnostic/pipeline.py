@@ -44,10 +44,14 @@ class Processes:
 ONE_PROCESS = Processes(0, 1, None, None, shards=False)
 
 
-def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None):
+def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
+         even_shares=True):
     """Wraps `model` (the program's, which backend_agnostic_compile returns)
     as above; `replicas` the number of devices over all processes, `scope` a
-    factory of the engine's scope (`predict_scope`: predict's, if another)."""
+    factory of the engine's scope (`predict_scope`: predict's, if another);
+    `even_shares=False`: the engine weights shares of any size itself, so
+    no batch is checked."""
+    checked = replicas if even_shares else 1
     enter = scope or _no_scope
     enter_predict = predict_scope or enter
 
@@ -56,7 +60,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None)
             given = batching.named_arguments(original, args, kwargs)
             if given is None:
                 return original(*args, **kwargs)  # Keras reports the wrong call
-            batching.check_call("fit", original, replicas, (), given)
+            batching.check_call("fit", original, checked, (), given)
             if processes.shards:
                 _shard_fit(given, processes)
             _chief_only(given, processes)
@@ -73,7 +77,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None)
             given = batching.named_arguments(original, args, kwargs)
             if given is None or keras_fit.is_fits_validation(given):
                 return original(*args, **kwargs)  # fit's own data: done by fit
-            batching.check_call("evaluate", original, replicas, (), given)
+            batching.check_call("evaluate", original, checked, (), given)
             if processes.shards:
                 x, y = given.pop("x", None), given.pop("y", None)
                 given["x"], given["y"], _ = sharding.shard_inputs(
@@ -90,7 +94,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None)
             if given is None:
                 return original(*args, **kwargs)
             if not processes.shards:  # else every process predicts everything
-                batching.check_call("predict", original, replicas, (), given)
+                batching.check_call("predict", original, checked, (), given)
             _chief_only(given, processes)
             with enter_predict():
                 return original(**given)
@@ -104,7 +108,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None)
                 if given is None or processes.shards and method_name == "predict_on_batch":
                     with enter_predict():  # every process predicts everything
                         return original(*args, **kwargs)
-                batching.check_call(method_name, original, replicas, (), given)
+                batching.check_call(method_name, original, checked, (), given)
                 if processes.shards:  # this process's part of the batch
                     sharding.take_part(given, ("x", "y", "sample_weight"),
                                        processes.rank, processes.world)

@@ -57,10 +57,21 @@ def test_replicas_train_like_one_device(replicas, tmp_path):
     assert "agnostic plan" not in stderr  # one prefix: the logger's name, if shown
 
 
+# Engines whose strategy weights each replica's share by its size: any
+# batch size trains as on one device there. The others refuse, before work.
+UNEVEN_SHARES = ("tensorflow",)
+
+
 @pytest.mark.parametrize("replicas", [2, 4])
-def test_batch_that_cannot_be_split_fails_before_training(replicas, tmp_path):
+def test_batches_that_do_not_divide_train_like_one_device(replicas, tmp_path):
     result, _, _ = run_script(SCENARIO, "split", replicas, tmp_path)
-    first, second = result["errors"]
+    if keras.backend.backend() in UNEVEN_SHARES:
+        assert result["errors"] == []
+        assert result["vs_reference"] < 1e-5
+        assert result["unchanged"] > 1e-3
+        assert result["predict"] < 1e-6
+        return
+    first, second = result["errors"][:2]
     assert "101 samples with batch_size=16 leave a last batch of 5 samples" in first
     assert f"cannot be split evenly over {replicas} replicas" in first
     assert f"batch_size={8 * replicas + 1} is the global batch, split over {replicas} replicas" in second

@@ -71,8 +71,9 @@ def _distributed(values):
 
 
 def _split(batch, strategy):
-    """`batch` as per-replica values: replica i gets the i-th of N equal
-    parts of every array in it (agnostic has checked that N divides it)."""
+    """`batch` as per-replica values: replica i gets the i-th of N parts of
+    every array in it, in order, the first B % N parts one row larger (as
+    tf.distribute splits a batch), so that any batch size splits."""
     import tensorflow as tf
 
     replicas = strategy.num_replicas_in_sync
@@ -84,8 +85,9 @@ def _split(batch, strategy):
             if value is None:
                 return None
             value = tf.convert_to_tensor(value)
-            size = value.shape[0] // replicas
-            return value[index * size:(index + 1) * size]
+            size, extra = divmod(value.shape[0], replicas)
+            start = index * size + min(index, extra)
+            return value[start:start + size + (1 if index < extra else 0)]
 
         return tf.nest.map_structure(take, batch)
 

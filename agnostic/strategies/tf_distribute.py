@@ -2,8 +2,7 @@
 (tf-mirrored, tf-central-storage, tf-multi-worker): the program's model
 trains under the strategy itself."""
 from agnostic import batch_norm, in_place
-from agnostic.compat import (keras_variables, tf_first_batch, tf_loss_scaling,
-                             tf_on_batch)
+from agnostic.compat import keras_variables, tf_first_batch, tf_gradients, tf_on_batch
 
 
 def distribute(model, strategy, scope, call, sync_batch_norm):
@@ -14,8 +13,9 @@ def distribute(model, strategy, scope, call, sync_batch_norm):
     batch_norm.synchronize(model, sync_batch_norm)
     in_place.compile_in(model, scope(), call,
                         placed=lambda variable: keras_variables.in_strategy(variable, strategy))
-    for optimizer in in_place.optimizers(model, call):
+    optimizers = in_place.optimizers(model, call)
+    for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
-    tf_loss_scaling.keep_losses_unscaled(model, strategy.num_replicas_in_sync)
+    tf_gradients.one_device_arithmetic(model, optimizers)
     tf_first_batch.build_without_reading(model, strategy, scope)
     tf_on_batch.split_batches(model, strategy)

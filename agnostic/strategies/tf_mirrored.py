@@ -66,7 +66,7 @@ class TFMirroredStrategy(base.Strategy):
         tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm)
         if central:
             tf_central_metrics.update_in_place(model)
-        pipeline.wrap(model, self.plan.num_replicas)
+        pipeline.wrap(model, self.plan.num_replicas, even_shares=False)
         return model
 
     def _made_once(self):

@@ -68,21 +68,38 @@ def equivalence(replicas, folder):
 
 
 def split(replicas, folder):
+    """Batches that do not divide by the replicas (101 rows in batches of
+    16, then 96 in batches of 8R+1), and predict on 7 rows: one device's
+    weights and predictions where the engine weights uneven shares; else the
+    errors raised before any work."""
     x, y = models.data(101)
+    reference = models.build(keras)
+    before = reference.get_weights()
     template = models.build(keras)
-    before = template.get_weights()
+    template.set_weights(before)
+    reference.compile(optimizer=models.sgd(keras), **models.COMPILE)
     model = agnostic.backend_agnostic_compile(template, optimizer=models.sgd(keras),
                                               gpus=replicas, **models.COMPILE)
     messages = []
     for samples, batch_size in ((101, 16), (96, 8 * replicas + 1)):
+        reference.fit(x[:samples], y[:samples], batch_size=batch_size, epochs=1, verbose=0)
         try:
             model.fit(x[:samples], y[:samples], batch_size=batch_size, epochs=1, verbose=0)
         except agnostic.BatchSplitError as error:
             messages.append(str(error))
+    try:
+        predicted = float(np.abs(model.predict(x[:7], verbose=0)
+                                 - reference.predict(x[:7], verbose=0)).max())
+    except agnostic.BatchSplitError as error:
+        messages.append(str(error))
+        predicted = None
     if agnostic.resolve(gpus=replicas).process_id != 0:
         return None
     return {"errors": messages,
-            "unchanged": models.relative_difference(before, model.get_weights())}
+            "unchanged": models.relative_difference(before, model.get_weights()),
+            "vs_reference": models.relative_difference(reference.get_weights(),
+                                                       model.get_weights()),
+            "predict": predicted}
 
 
 def finetune(replicas, folder):

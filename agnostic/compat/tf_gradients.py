@@ -1,0 +1,219 @@
+"""TensorFlow: one device's loss and gradient arithmetic under agnostic's
+tf.distribute strategies.
+
+Keras 3.13-3.16 under a strategy divide every loss they compute by the
+number of replicas (`keras.src.losses.loss.scale_loss_for_distribution`,
+private) inside each compiled loss and the added ones, let each replica's
+optimizer clip, accumulate and average its own gradients, and sum the
+replicas' gradients only in the last step of `apply`
+(`_backend_update_step`). So on N replicas `clipnorm`, `clipvalue` and
+`global_clipnorm` clip each replica's part of the gradient; a term that a
+`compute_loss` override adds is not divided and counts N times; shares of
+unequal size count equally; sparse gradients (`IndexedSlices`) of a lookup
+made once per step (a position embedding) reach Adam's second moment as N
+slices per row; and `gradient_accumulation_steps` fails (a merge_call
+inside a `cond`).
+
+Inside the steps of a model agnostic compiled:
+
+- every loss is one device's on the replica's share (the scaling above does
+  nothing), so trackers and custom steps see one device's numbers;
+- every optimizer's `apply` first weights each replica's gradients by its
+  share of the global batch (n_r / n), sums them over the replicas, and runs
+  the rest of `apply` (clipping, weight decay, accumulation, moving
+  averages, the update) once, in cross-replica context, on that sum: one
+  device's gradient, for the mean-over-batch losses Keras computes and for
+  the terms that do not depend on the batch (regularizers, a
+  `compute_loss` term), shares of any size;
+- sparse gradients are the replicas' slices together, as one device's lookup
+  gives them, except that a lookup whose indices are the same on every
+  replica (one shared by the whole batch) has its slices summed, row by row.
+"""
+import threading
+
+_step = threading.local()  # replicas trace their steps on threads of their own
+_original = {}
+
+STEPS = ("train_step", "test_step")
+
+
+def one_device_arithmetic(model, optimizers):
+    """`model`'s steps compute one device's losses on their share, and each
+    of `optimizers` applies the gradients of the global batch."""
+    from agnostic.strategies import base
+
+    _install()
+    for name in STEPS:
+        base.wrap_method(model, name, _recording_share)
+    base.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
+    for optimizer in optimizers:
+        for each in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+            if each is not None and "apply" not in getattr(each, "_agnostic_originals", {}):
+                base.wrap_method(each, "apply", _summed_first)
+
+
+def _recording_share(step):
+    def run(data, *args, **kwargs):
+        previous = getattr(_step, "rows", None)
+        _step.rows = _rows(data)
+        try:
+            return step(data, *args, **kwargs)
+        finally:
+            _step.rows = previous
+
+    return run
+
+
+def _nothing_from_an_empty_share(compute_loss):
+    """A replica given no rows (the last batch of an epoch, smaller than
+    the replicas) adds 0, not the NaN of a mean over nothing."""
+    def run(*args, **kwargs):
+        import tensorflow as tf
+
+        loss = compute_loss(*args, **kwargs)
+        rows = getattr(_step, "rows", None)
+        if rows is None or loss is None:
+            return loss
+        return tf.where(rows > 0, loss, tf.zeros_like(loss))
+
+    return run
+
+
+def _rows(data):
+    """The number of rows in a replica's share of the batch (a tensor)."""
+    import tensorflow as tf
+
+    for value in tf.nest.flatten(data):
+        if value is not None and getattr(value, "shape", None) is not None \
+                and value.shape.rank:
+            return tf.cast(tf.shape(value)[0], tf.float32)
+    return tf.constant(1.0)
+
+
+def _in_step():
+    return getattr(_step, "rows", None) is not None
+
+
+def _summed_first(apply):
+    def run(grads, trainable_variables=None):
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        if not _in_step() or context is None or tf.distribute.in_cross_replica_context():
+            return apply(grads, trainable_variables)
+        grads = list(grads)
+        rows = _step.rows
+        share = tf.math.divide_no_nan(rows, context.all_reduce(tf.distribute.ReduceOp.SUM, rows))
+        weighted = [_scaled(g, share) for g in grads]
+        return context.merge_call(_apply_summed, args=(apply, weighted, trainable_variables))
+
+    return run
+
+
+def _scaled(gradient, share):
+    import tensorflow as tf
+
+    if gradient is None:
+        return None
+    if isinstance(gradient, tf.IndexedSlices):
+        values = tf.math.multiply_no_nan(gradient.values, tf.cast(share, gradient.values.dtype))
+        return tf.IndexedSlices(values, gradient.indices, gradient.dense_shape)
+    return tf.math.multiply_no_nan(gradient, tf.cast(share, gradient.dtype))
+
+
+def _apply_summed(strategy, apply, grads, trainable_variables):
+    import tensorflow as tf
+
+    summed = list(grads)
+    dense = [i for i, g in enumerate(grads)
+             if g is not None and not _is_sparse(strategy, g)]
+    if dense:
+        reduced = strategy.extended.batch_reduce_to(
+            tf.distribute.ReduceOp.SUM, [(grads[i], grads[i]) for i in dense])
+        for i, value in zip(dense, reduced):
+            summed[i] = value
+    for i, g in enumerate(grads):
+        if g is not None and _is_sparse(strategy, g):
+            summed[i] = _summed_slices(strategy, g)
+    return apply(summed, trainable_variables)
+
+
+def _is_sparse(strategy, value):
+    import tensorflow as tf
+
+    return isinstance(strategy.experimental_local_results(value)[0], tf.IndexedSlices)
+
+
+def _summed_slices(strategy, gradient):
+    """The replicas' IndexedSlices as one: concatenated, or, when every
+    replica looked up the same indices, summed slice by slice."""
+    import tensorflow as tf
+
+    parts = strategy.experimental_local_results(gradient)
+    if len(parts) == 1:
+        return strategy.extended.reduce_to(tf.distribute.ReduceOp.SUM, gradient, gradient)
+    indices = [p.indices for p in parts]
+    values = [p.values for p in parts]
+    together = (tf.concat(values, axis=0), tf.concat(indices, axis=0))
+    shapes = [v.shape for v in values]
+    if all(s.is_fully_defined() for s in shapes) and len(set(map(tuple, shapes))) > 1:
+        values, indices = together  # a lookup per row of shares of unequal size
+    else:
+        same = tf.reduce_all([_same(indices[0], other) for other in indices[1:]])
+        values, indices = tf.cond(same, lambda: (tf.add_n(values), indices[0]),
+                                  lambda: together)
+    return tf.IndexedSlices(values, indices, parts[0].dense_shape)
+
+
+def _same(first, other):
+    import tensorflow as tf
+
+    return tf.cond(
+        tf.equal(tf.size(first), tf.size(other)),
+        lambda: tf.reduce_all(tf.equal(first, tf.reshape(other, tf.shape(first)))),
+        lambda: tf.constant(False),
+    )
+
+
+def _install():
+    import tensorflow as tf
+    from keras.src.losses import loss as losses
+
+    if _original:
+        return
+    # Keras's TensorFlow optimizer reaches the update through
+    # `maybe_merge_call`, which assumes a replica context; the rest of an
+    # `apply` made summed runs in the cross-replica one, where the update
+    # is called directly (the engine's own function fails there).
+    interim = tf.__internal__.distribute.interim
+    _original["maybe_merge_call"] = interim.maybe_merge_call
+    interim.maybe_merge_call = _direct_across_replicas(interim.maybe_merge_call)
+    for name in ("scale_loss_for_distribution", "unscale_loss_for_distribution"):
+        if not callable(getattr(losses, name, None)):
+            import keras
+
+            raise RuntimeError(
+                f"agnostic keeps the losses of a step one device's through "
+                f"keras.src.losses.loss.{name}, which Keras {keras.__version__} no "
+                "longer has. Report this Keras version to agnostic."
+            )
+        _original[name] = getattr(losses, name)
+        setattr(losses, name, _skipped_in_steps(_original[name]))
+
+
+def _direct_across_replicas(maybe_merge_call):
+    def run(fn, strategy, *args, **kwargs):
+        import tensorflow as tf
+
+        if tf.distribute.in_cross_replica_context():
+            return fn(strategy, *args, **kwargs)
+        return maybe_merge_call(fn, strategy, *args, **kwargs)
+
+    return run
+
+
+def _skipped_in_steps(function):
+    def run(value):
+        return value if _in_step() else function(value)
+
+    return run

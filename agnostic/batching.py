@@ -55,6 +55,48 @@ def check_split(what, samples, batch_size, num_replicas):
         )
 
 
+def pad_for_predict(given, num_replicas):
+    """Arrays to predict on, made to split over the replicas: the batch size
+    rounded up to a multiple of them and the rows padded with copies of the
+    last one, so that every batch splits. Each row's prediction is its own,
+    so the padded rows are cut from the result: returns the number of rows
+    the caller keeps (None: nothing changed)."""
+    x = given.get("x")
+    samples = num_samples(x)
+    if num_replicas < 2 or not samples or given.get("steps") is not None:
+        return None
+    batch_size = given.get("batch_size") or DEFAULT_BATCH_SIZE
+    batch_size = -(-batch_size // num_replicas) * num_replicas
+    padded = -(-samples // num_replicas) * num_replicas
+    if padded == samples and batch_size == (given.get("batch_size") or DEFAULT_BATCH_SIZE):
+        return None
+    given["x"] = _padded(x, padded - samples)
+    given["batch_size"] = batch_size
+    return samples
+
+
+def _padded(data, extra):
+    import numpy as np
+
+    if isinstance(data, dict):
+        return {key: _padded(value, extra) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(_padded(value, extra) for value in data)
+    if getattr(data, "shape", None) is None or not len(data.shape) or not extra:
+        return data
+    array = np.asarray(data)
+    return np.concatenate([array, np.repeat(array[-1:], extra, axis=0)])
+
+
+def rows_of(predictions, rows):
+    """The first `rows` rows of every array predict returned."""
+    if isinstance(predictions, dict):
+        return {key: rows_of(value, rows) for key, value in predictions.items()}
+    if isinstance(predictions, (list, tuple)):
+        return type(predictions)(rows_of(value, rows) for value in predictions)
+    return predictions[:rows]
+
+
 def named_arguments(function, args, kwargs):
     """The call's arguments by name (positional ones too), or None when they
     do not fit `function` (Keras then reports the wrong call itself)."""

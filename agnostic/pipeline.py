@@ -93,11 +93,14 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
             given = batching.named_arguments(original, args, kwargs)
             if given is None:
                 return original(*args, **kwargs)
+            rows = None
             if not processes.shards:  # else every process predicts everything
+                rows = batching.pad_for_predict(given, checked)
                 batching.check_call("predict", original, checked, (), given)
             _chief_only(given, processes)
             with enter_predict():
-                return original(**given)
+                predictions = original(**given)
+            return predictions if rows is None else batching.rows_of(predictions, rows)
 
         return run
 

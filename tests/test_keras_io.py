@@ -195,3 +195,45 @@ def test_the_internals_of_training_in_place_name_the_keras_version_when_they_mov
         assert "_distribute_strategy" in vars(model)
     if ENGINE == "jax":
         assert "_layout" in vars(variable)
+
+
+# Engines whose strategy weights each replica's share by its size (README,
+# "Guarantees"): batches of 33 over 1,001 rows there; elsewhere batches that
+# divide.
+UNEVEN_SHARES = ENGINE == "tensorflow"
+
+
+@pytest.mark.parametrize("clip, replicas", [
+    pytest.param("global_clipnorm", "2", marks=VERSIONS),
+    ("clipnorm", REPLICAS[0]),
+    ("clipvalue", "2"),
+])
+def test_one_devices_gradient_arithmetic(clip, replicas, tmp_path):
+    # Clipping on the global batch's gradient, accumulation over 2 steps, a
+    # moving average of the weights, AdamW on sparse gradients (one lookup
+    # shared by the batch), a compute_loss override adding a term, add_loss
+    # and a regularizer: one device's numbers.
+    env = replicas_env(replicas, PROGRAM_CLIP=clip)
+    if not UNEVEN_SHARES:
+        env.update(PROGRAM_BATCH="32", PROGRAM_ROWS="1024", PROGRAM_VALIDATION="100")
+    plain, agnostic = run_both("gradient_arithmetic", tmp_path, env=env, both=True)
+    assert_same_training(plain, agnostic)
+    assert_same_history(plain, agnostic)
+    assert_close(plain, agnostic, "predictions")
+    assert len(agnostic["predictions"]) == 7
+    assert agnostic["iterations"] == plain["iterations"]
+    assert_trained_on(agnostic, replicas)
+
+
+@pytest.mark.parametrize("replicas", ["2", REPLICAS[0]] if ENGINE != "torch" else ["2"])
+def test_digits_convnet_with_batch_normalization(replicas, tmp_path):
+    # The whole digits on TensorFlow (1,497 training rows: the epoch ends on
+    # a batch of 25, shares of 13 and 12); rows that divide elsewhere.
+    env = replicas_env(replicas)
+    if not UNEVEN_SHARES:
+        env["PROGRAM_ROWS"] = "1580"
+    plain, agnostic = run_both("digits_cnn", tmp_path, env=env, both=True)
+    assert_same_training(plain, agnostic)
+    assert_same_history(plain, agnostic, tolerance=1e-4)
+    assert_close(plain, agnostic, "predictions")
+    assert_trained_on(agnostic, replicas)

@@ -18,8 +18,11 @@ Inside the steps of a model agnostic compiled:
 
 - every loss is one device's on the replica's share (the scaling above does
   nothing), so trackers and custom steps see one device's numbers;
-- every optimizer's `apply` first weights each replica's gradients by its
-  share of the global batch (n_r / n), sums them over the replicas, and runs
+- each replica's loss is weighted by its share of the global batch
+  (n_r / n) where Keras's train_step scales it for the optimizer (its
+  gradients through synchronized batch statistics then carry the weight
+  too), or else its gradients are; every optimizer's `apply` sums the
+  replicas' gradients and runs
   the rest of `apply` (clipping, weight decay, accumulation, moving
   averages, the update) once, in cross-replica context, on that sum: one
   device's gradient, for the mean-over-batch losses Keras computes and for
@@ -47,21 +50,58 @@ def one_device_arithmetic(model, optimizers):
         base.wrap_method(model, name, _recording_share)
     base.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
     for optimizer in optimizers:
+        base.wrap_method(optimizer, "scale_loss", _weighted_by_share(optimizer))
         for each in (optimizer, getattr(optimizer, "inner_optimizer", None)):
             if each is not None and "apply" not in getattr(each, "_agnostic_originals", {}):
-                base.wrap_method(each, "apply", _summed_first)
+                base.wrap_method(each, "apply", _summed_first(each))
 
 
 def _recording_share(step):
     def run(data, *args, **kwargs):
-        previous = getattr(_step, "rows", None)
-        _step.rows = _rows(data)
+        previous = getattr(_step, "rows", None), getattr(_step, "weighted", None)
+        _step.rows, _step.weighted = _rows(data), set()
         try:
             return step(data, *args, **kwargs)
         finally:
-            _step.rows = previous
+            _step.rows, _step.weighted = previous
 
     return run
+
+
+def _share():
+    """This replica's part of the global batch, n_r / n (0 for no rows)."""
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    rows = _step.rows
+    return tf.math.divide_no_nan(rows, context.all_reduce(tf.distribute.ReduceOp.SUM, rows))
+
+
+def _in_replica_step():
+    import tensorflow as tf
+
+    return (_in_step() and tf.distribute.get_replica_context() is not None
+            and not tf.distribute.in_cross_replica_context())
+
+
+def _weighted_by_share(optimizer):
+    """Keras's own train_step scales its loss through the optimizer before
+    taking gradients: the loss is weighted there, so that gradients flowing
+    across replicas (synchronized batch statistics) carry each share's
+    weight too; `apply` then only sums."""
+    def wrapper(scale_loss):
+        def run(loss):
+            loss = scale_loss(loss)
+            if not _in_replica_step():
+                return loss
+            import tensorflow as tf
+
+            _step.weighted.add(id(optimizer))
+            return tf.math.multiply_no_nan(loss, tf.cast(_share(), loss.dtype))
+
+        return run
+
+    return wrapper
 
 
 def _nothing_from_an_empty_share(compute_loss):
@@ -94,20 +134,25 @@ def _in_step():
     return getattr(_step, "rows", None) is not None
 
 
-def _summed_first(apply):
-    def run(grads, trainable_variables=None):
-        import tensorflow as tf
+def _summed_first(optimizer):
+    """`apply` on the sum of the replicas' gradients, each weighted by its
+    share (here, unless its loss was weighted already)."""
+    def wrapper(apply):
+        def run(grads, trainable_variables=None):
+            import tensorflow as tf
 
-        context = tf.distribute.get_replica_context()
-        if not _in_step() or context is None or tf.distribute.in_cross_replica_context():
-            return apply(grads, trainable_variables)
-        grads = list(grads)
-        rows = _step.rows
-        share = tf.math.divide_no_nan(rows, context.all_reduce(tf.distribute.ReduceOp.SUM, rows))
-        weighted = [_scaled(g, share) for g in grads]
-        return context.merge_call(_apply_summed, args=(apply, weighted, trainable_variables))
+            if not _in_replica_step():
+                return apply(grads, trainable_variables)
+            grads = list(grads)
+            if id(optimizer) not in _step.weighted:  # a train_step of the program's
+                share = _share()
+                grads = [_scaled(g, share) for g in grads]
+            return tf.distribute.get_replica_context().merge_call(
+                _apply_summed, args=(apply, grads, trainable_variables))
 
-    return run
+        return run
+
+    return wrapper
 
 
 def _scaled(gradient, share):

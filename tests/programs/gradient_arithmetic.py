@@ -11,7 +11,8 @@ term of its own: on N devices it must be one device's arithmetic.
 - a functional `keras.Model` subclass whose `compute_loss` adds a term to
   `super().compute_loss(...)`, an `add_loss` and a kernel regularizer;
 - batches that do not divide by the devices (PROGRAM_BATCH, default 33) over
-  1,001 rows, so that every epoch ends on a short batch.
+  1,001 rows (PROGRAM_ROWS), so that every epoch ends on a short batch, and
+  101 validation rows (PROGRAM_VALIDATION).
 """
 import os
 
@@ -26,6 +27,7 @@ ACCUMULATE = os.environ.get("PROGRAM_ACCUMULATE", "1") == "1"
 EMA = os.environ.get("PROGRAM_EMA", "1") == "1"
 BATCH = int(os.environ.get("PROGRAM_BATCH", "33"))
 ROWS = int(os.environ.get("PROGRAM_ROWS", "1001"))
+VALIDATION = int(os.environ.get("PROGRAM_VALIDATION", "101"))
 
 
 class TokenAndPositionEmbedding(layers.Layer):
@@ -82,10 +84,10 @@ optimizer = keras.optimizers.AdamW(
 model = compile(model, optimizer=optimizer, loss="sparse_categorical_crossentropy",
                 metrics=["accuracy"])
 history = model.fit(x_train, y_train, batch_size=BATCH, epochs=2, shuffle=False,
-                    validation_data=(x_train[:101], y_train[:101]), verbose=0)
+                    validation_data=(x_train[:VALIDATION], y_train[:VALIDATION]), verbose=0)
 if EMA:
     model.optimizer.finalize_variable_values(model.trainable_variables)
 evaluation = model.evaluate(x_train, y_train, batch_size=BATCH, verbose=0)
 predictions = model.predict(x_train[:7], verbose=0)
 finish(model, history, evaluation, predictions=predictions,
-       iterations=int(model.optimizer.iterations.numpy()))
+       iterations=int(ops.convert_to_numpy(model.optimizer.iterations)))

@@ -54,6 +54,26 @@ def launch(world_size, local_ranks=None):
     return _launched[0].group
 
 
+def threads_per_process(local_processes):
+    """The intra-op threads each of `local_processes` on this machine gets
+    when the user chose none: the cores this process may use, shared out
+    (torchrun gives 1 each; processes left at the engine's default each
+    take every core and slow one another down several times)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, local_processes))
+
+
+def chosen_threads():
+    """Whether the user set the thread count (then agnostic leaves it)."""
+    return any(os.environ.get(name) for name in THREAD_VARIABLES)
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def report_failures(rank):
     """Uncaught errors of this process go to its group's launcher, which
     shows the first in cause once. Call after the engine's own hook is set
@@ -137,6 +157,8 @@ class Workers:
                 # Only the chief prints; the workers' errors still reach stderr.
                 PYTHONWARNINGS="ignore",
             )
+            if not chosen_threads():
+                environment["OMP_NUM_THREADS"] = str(threads_per_process(world_size))
             environment[failures.REPORTS_VARIABLE] = self.reports
             self.processes[rank] = subprocess.Popen(
                 command, env=environment, stdin=subprocess.DEVNULL,

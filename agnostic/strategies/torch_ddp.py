@@ -45,6 +45,7 @@ class TorchDDPStrategy(base.Strategy):
         group = cluster.job("torch")
         if group is None:
             group = local.launch(self.plan.num_processes, _device_indexes(self.plan))
+        _share_the_cores(group)
         if not dist.is_initialized():
             on_gpu = torch.cuda.is_available()
             if on_gpu:  # one GPU visible: the scheduler gave it to this process
@@ -73,6 +74,22 @@ class TorchDDPStrategy(base.Strategy):
                                        share=collectives.torch_share)
         pipeline.wrap(model, group.world_size, processes=processes)
         return model
+
+
+def _share_the_cores(group):
+    """One intra-op thread count per process, the cores shared among this
+    machine's processes, unless the user chose one (OMP_NUM_THREADS)."""
+    import torch
+
+    if local.chosen_threads() or getattr(_share_the_cores, "done", False):
+        return
+    threads = local.threads_per_process(group.local_world_size or group.world_size)
+    torch.set_num_threads(threads)
+    _share_the_cores.done = True
+    if group.rank == 0:
+        logger.info("torch: %d intra-op thread(s) per process, for %d process(es) on "
+                    "this machine; set OMP_NUM_THREADS to choose.", threads,
+                    group.local_world_size or group.world_size)
 
 
 def _leave_group():

@@ -2,7 +2,8 @@
 
 A call of the returned model's `fit` runs, top to bottom:
 
-1. check: every batch splits evenly over the replicas (before any work);
+1. check: every batch splits evenly over the replicas (before any work),
+   where the engine needs it (TensorFlow weights shares of any size);
 2. shard: where each process feeds its own data (torch-ddp, JAX processes),
    `validation_split` is cut as one device cuts it, then this process takes
    its part of every global batch of x, y, sample_weight and validation_data;
@@ -17,8 +18,9 @@ The model is the program's own (agnostic trains it in place, see
 agnostic/in_place.py): nothing is copied back after fit.
 
 `evaluate` runs 1, 2, 3 and 5 (not for fit's own validation, sharded
-already); `predict` 1, 3 and 5 (where each process feeds its own data, every
-process predicts everything: no split to check); `train_on_batch` and
+already); `predict` 1, 3 and 5, arrays padded first to split (the padding cut
+from the result: every row predicts itself; where each process feeds its
+own data, every process predicts everything: no split to check); `train_on_batch` and
 `test_on_batch` 1, 2 (this process's part of the batch) and 5;
 `predict_on_batch` as `predict`, without 3. Files:
 `save`, `save_weights` and `export` write atomically on the chief only, each

@@ -225,7 +225,9 @@ def test_one_devices_gradient_arithmetic(clip, replicas, tmp_path):
     assert_trained_on(agnostic, replicas)
 
 
-@pytest.mark.parametrize("replicas", ["2", REPLICAS[0]] if ENGINE != "torch" else ["2"])
+# JAX on 4 devices: 4.4e-3 from one device, as with Keras's own DataParallel
+# without agnostic (README, "Known differences"): 2 devices there.
+@pytest.mark.parametrize("replicas", ["2", "4"] if ENGINE == "tensorflow" else ["2"])
 def test_digits_convnet_with_batch_normalization(replicas, tmp_path):
     # The whole digits on TensorFlow (1,497 training rows: the epoch ends on
     # a batch of 25, shares of 13 and 12); rows that divide elsewhere.

@@ -87,7 +87,7 @@ def _share_the_cores(group):
     torch.set_num_threads(threads)
     _share_the_cores.done = True
     if group.rank == 0:
-        logger.info("torch: %d intra-op thread(s) per process, for %d process(es) on "
+        logger.debug("torch: %d intra-op thread(s) per process, for %d process(es) on "
                     "this machine; set OMP_NUM_THREADS to choose.", threads,
                     group.local_world_size or group.world_size)
 

@@ -51,9 +51,8 @@ def one_device_arithmetic(model, optimizers):
     base.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
     for optimizer in optimizers:
         base.wrap_method(optimizer, "scale_loss", _weighted_by_share(optimizer))
-        for each in (optimizer, getattr(optimizer, "inner_optimizer", None)):
-            if each is not None and "apply" not in getattr(each, "_agnostic_originals", {}):
-                base.wrap_method(each, "apply", _summed_first(each))
+        if "apply" not in getattr(optimizer, "_agnostic_originals", {}):
+            base.wrap_method(optimizer, "apply", _summed_first(optimizer))
 
 
 def _recording_share(step):
@@ -147,6 +146,11 @@ def _summed_first(optimizer):
             if id(optimizer) not in _step.weighted:  # a train_step of the program's
                 share = _share()
                 grads = [_scaled(g, share) for g in grads]
+            if hasattr(optimizer, "inner_optimizer"):
+                # A LossScaleOptimizer (mixed precision) runs its inner one
+                # per replica itself, which sums at the update as Keras does:
+                # the shares are weighted, clipping stays per replica.
+                return apply(grads, trainable_variables)
             return tf.distribute.get_replica_context().merge_call(
                 _apply_summed, args=(apply, grads, trainable_variables))
 

@@ -1,0 +1,115 @@
+"""TensorFlow: a train_step of the user's own reports losses as one device.
+
+Keras 3.13-3.15 divide every loss computed inside a tf.distribute strategy
+by the number of replicas (`keras.src.losses.loss.scale_loss_for_distribution`,
+private), so that the replicas' gradients, which the optimizer sums, make
+the mean. Keras's own train_step and test_step multiply the tracked loss
+back (`unscale_loss_for_distribution`); a step written as the Keras guide
+shows does not, and its loss tracker reports 1/N of one device's loss. So
+within the steps of a model whose class writes its own, the losses stay as
+one device computes them, and every optimizer the step applies gradients
+with divides them by N instead (`BaseOptimizer.apply`, gated to those
+steps): the same update, and the numbers a user tracks are one device's.
+"""
+import threading
+
+_inside = threading.local()  # replicas trace their steps on threads of their own
+_original = {}
+
+STEPS = ("train_step", "test_step")
+
+
+def own_steps(model):
+    """The step methods that `model`'s class defines instead of Keras's."""
+    import keras
+
+    # keras.Model's steps are the engine trainer's (its class is named
+    # TensorFlowTrainer up to Keras 3.15, Trainer in 3.16).
+    return [name for name in STEPS
+            if getattr(type(model), name) is not getattr(keras.Model, name)]
+
+
+def keep_losses_unscaled(model, num_replicas):
+    """For a model with steps of its own: losses unscaled in those steps,
+    gradients applied in them divided by `num_replicas`."""
+    from agnostic.strategies import base
+
+    steps = own_steps(model)
+    if not steps:
+        return False
+    _install()
+
+    def unscaled(step):
+        def run(*args, **kwargs):
+            _inside.depth = getattr(_inside, "depth", 0) + 1
+            _inside.replicas = num_replicas
+            try:
+                return step(*args, **kwargs)
+            finally:
+                _inside.depth -= 1
+
+        return run
+
+    for name in steps:
+        base.wrap_method(model, name, unscaled)
+    return True
+
+
+def _active():
+    return getattr(_inside, "depth", 0) > 0
+
+
+def _install():
+    from keras.src.losses import loss as losses
+    from keras.src.optimizers import base_optimizer
+
+    if _original:
+        return
+    for name in ("scale_loss_for_distribution", "unscale_loss_for_distribution"):
+        if not callable(getattr(losses, name, None)):
+            import keras
+
+            raise RuntimeError(
+                f"agnostic keeps a custom train_step's losses unscaled through "
+                f"keras.src.losses.loss.{name}, which Keras {keras.__version__} no "
+                "longer has. Report this Keras version to agnostic."
+            )
+        _original[name] = getattr(losses, name)
+        setattr(losses, name, _skipped_inside_own_steps(_original[name]))
+    # Every optimizer a step applies gradients with (the model's, a GAN's
+    # two, a loss-scale optimizer's inner one) divides them, once.
+    optimizer_class = base_optimizer.BaseOptimizer
+    _original["apply"] = optimizer_class.apply
+    optimizer_class.apply = _averaged(optimizer_class.apply)
+
+
+def _averaged(apply):
+    def run(self, grads, trainable_variables=None):
+        if not _active() or getattr(_inside, "dividing", False):
+            return apply(self, grads, trainable_variables)
+        _inside.dividing = True
+        try:
+            grads = [_divide(g, _inside.replicas) for g in grads]
+            return apply(self, grads, trainable_variables)
+        finally:
+            _inside.dividing = False
+
+    return run
+
+
+def _skipped_inside_own_steps(function):
+    def run(value):
+        return value if _active() else function(value)
+
+    return run
+
+
+def _divide(gradient, num_replicas):
+    import tensorflow as tf
+
+    if gradient is None:
+        return None
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values / num_replicas, gradient.indices,
+                                gradient.dense_shape)
+    return gradient / num_replicas

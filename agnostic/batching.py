@@ -1,9 +1,11 @@
-"""Batch sizes are global: each batch must split evenly over the replicas.
+"""Batch sizes are global: a batch of B rows is split over the replicas.
 
-Engines split a batch of B over R replicas as B / R each. When B, or the last
-batch of an epoch, is not a multiple of R, TensorFlow gives the replicas unequal
-shares and weights them equally (the gradients then differ from one device)
-and JAX stops mid-epoch; so the split is checked before any work starts.
+Most strategies take batches of any size, exactly as one device does
+(tf-mirrored and tf-central-storage weight each replica's share by its size,
+jax-data-parallel in one process lays a batch that does not divide out whole
+on every device, torch-ddp weights each process's share). Those that need
+equal parts (mxnet-context, JAX over several processes, tf-multi-worker)
+have every batch checked here before any work starts.
 """
 import inspect
 import math
@@ -38,8 +40,8 @@ def check_split(what, samples, batch_size, num_replicas):
         suggestion = max(num_replicas, batch_size - batch_size % num_replicas)
         raise errors.BatchSplitError(
             f"{what}: batch_size={batch_size} is the global batch, split over "
-            f"{num_replicas} replicas, and {batch_size} is not a multiple of "
-            f"{num_replicas}. Pass a multiple of {num_replicas}, such as "
+            f"{num_replicas} replicas in equal parts, and {batch_size} is not a "
+            f"multiple of {num_replicas}. Pass a multiple of {num_replicas}, such as "
             f"batch_size={suggestion} ({suggestion // num_replicas} per replica)."
         )
     last = samples % batch_size

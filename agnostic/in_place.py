@@ -53,6 +53,17 @@ def optimizers(model, call):
     return _unique(found)
 
 
+def mean_trackers(model):
+    """The model's keras.metrics.Mean trackers (the guides' `loss_tracker`):
+    a step of the program's own updates them with one value for its batch,
+    and no weight."""
+    import keras
+
+    found = list(model.metrics) + [value for value in vars(model).values()
+                                   if isinstance(value, keras.metrics.Metric)]
+    return _unique([metric for metric in found if type(metric) is keras.metrics.Mean])
+
+
 def state(model, call):
     """Every Keras variable the model's training reads or writes."""
     import keras

@@ -3,10 +3,12 @@
 A call of the returned model's `fit` runs, top to bottom:
 
 1. check: every batch splits evenly over the replicas (before any work),
-   where the engine needs it (TensorFlow weights shares of any size);
+   where the strategy needs equal parts (see agnostic/batching.py; the
+   others take batches of any size);
 2. shard: where each process feeds its own data (torch-ddp, JAX processes),
    `validation_split` is cut as one device cuts it, then this process takes
-   its part of every global batch of x, y, sample_weight and validation_data;
+   its part of every global batch of x, y, sample_weight and validation_data
+   (parts of any size where the strategy weights them, see sharding);
 3. chief only: the other processes show nothing and skip file-writing
    callbacks (CSVLogger, TensorBoard);
 4. backups: BackupAndRestore is swapped for the atomic one (the chief writes,
@@ -64,7 +66,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
                 return original(*args, **kwargs)  # Keras reports the wrong call
             batching.check_call("fit", original, checked, (), given)
             if processes.shards:
-                _shard_fit(given, processes)
+                _shard_fit(given, processes, even_shares)
             _chief_only(given, processes)
             if given.get("callbacks"):
                 given["callbacks"] = backup.swap_callbacks(given["callbacks"],
@@ -83,7 +85,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
             if processes.shards:
                 x, y = given.pop("x", None), given.pop("y", None)
                 given["x"], given["y"], _ = sharding.shard_inputs(
-                    "evaluate", x, y, given, processes.rank, processes.world)
+                    "evaluate", x, y, given, processes.rank, processes.world, even_shares)
             _chief_only(given, processes)
             with enter():
                 return original(**given)
@@ -134,7 +136,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
     guard_files(model, processes)
 
 
-def _shard_fit(given, processes):
+def _shard_fit(given, processes, even):
     """Step 2 for fit: validation_split cut before sharding, as one device
     cuts it, then this process's part of the training and validation data."""
     rank, world = processes.rank, processes.world
@@ -142,16 +144,23 @@ def _shard_fit(given, processes):
     split = given.pop("validation_split", 0.0) or 0.0
     if split and batching.num_samples(x) is not None:
         x, y, given["validation_data"] = sharding.split_validation(x, y, given, split)
-    batch_size = given.get("batch_size")
-    given["x"], given["y"], _ = sharding.shard_inputs("fit", x, y, given, rank, world)
-    validation = given.get("validation_data")
+    batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
+    given["x"], given["y"], _ = sharding.shard_inputs("fit", x, y, given, rank, world, even)
+    validation = given.pop("validation_data", None)
     if isinstance(validation, (list, tuple)) and validation:
-        val_batch = (given.get("validation_batch_size") or batch_size
-                     or batching.DEFAULT_BATCH_SIZE)
-        val_x, rest = sharding.shard("fit (validation_data)", validation[0],
-                                     list(validation[1:]), val_batch, rank, world)
-        given["validation_data"] = (val_x,) + tuple(rest)
-        given["validation_batch_size"] = val_batch // world
+        x, y, weights = (tuple(validation) + (None, None))[:3]
+        part = {"batch_size": given.pop("validation_batch_size", None) or batch_size,
+                "sample_weight": weights}
+        x, y, part = sharding.shard_inputs("fit (validation_data)", x, y, part, rank, world,
+                                           even)
+        validation = x if sharding.is_dataset(x) else (x, y) if part.get("sample_weight") is None \
+            else (x, y, part["sample_weight"])
+        if "batch_size" in part:
+            given["validation_batch_size"] = part["batch_size"]
+    elif validation is not None and sharding.is_dataset(validation):
+        validation = sharding.shard_py_dataset(validation, rank, world, even)
+    if validation is not None:
+        given["validation_data"] = validation
 
 
 # File-writing callbacks that only the chief runs.

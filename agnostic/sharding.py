@@ -1,8 +1,11 @@
 """Each process of a multi-process strategy trains on its own shard.
 
 Global batch k holds samples [k*B, (k+1)*B). Process r of N takes the r-th
-N-th of every global batch, so that N processes see exactly the batches one
-device would, and average the same gradients.
+part of every global batch, so that N processes see exactly the batches one
+device would. A batch of any size is split as tf.distribute splits it: the
+first `size % N` processes take one row more (33 rows over 2: 17 and 16; one
+row over 2: 1 and none); where the strategy weights each share by its size
+(torch-ddp), the N processes then average one device's gradients.
 """
 import inspect
 import math
@@ -12,12 +15,26 @@ import numpy as np
 from agnostic import batching, errors
 from agnostic.compat import shuffle_order
 
+
+def share(size, rank, world_size):
+    """(start, stop): process `rank`'s rows of a batch of `size` rows."""
+    base, extra = divmod(size, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def splits_evenly(samples, batch_size, world_size):
+    """Whether every batch of `samples` rows in batches of `batch_size`
+    gives every process the same number of rows."""
+    return batch_size % world_size == 0 and samples % batch_size % world_size == 0
+
+
 def shard_indices(num_samples, batch_size, rank, world_size):
     """The sample indices of process `rank`, batch by batch."""
     pieces = []
     for start in range(0, num_samples, batch_size):
-        local = min(batch_size, num_samples - start) // world_size
-        pieces.append(np.arange(start + rank * local, start + (rank + 1) * local))
+        low, high = share(min(batch_size, num_samples - start), rank, world_size)
+        pieces.append(np.arange(start + low, start + high))
     return np.concatenate(pieces) if pieces else np.arange(0)
 
 
@@ -35,8 +52,7 @@ def take(data, indices):
 def part_of(batch, rank, world_size):
     """Process `rank`'s part of one batch (arrays, or a tuple of them)."""
     size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
-    local = size // world_size
-    return take(batch, np.arange(rank * local, (rank + 1) * local))
+    return take(batch, np.arange(*share(size, rank, world_size)))
 
 
 def take_part(given, names, rank, world_size):
@@ -65,9 +81,11 @@ def shard(what, x, others, batch_size, rank, world_size):
     return take(x, indices), [take(other, indices) for other in others]
 
 
-def shard_py_dataset(dataset, rank, world_size):
-    """A PyDataset whose batch i is process `rank`'s part of `dataset[i]`."""
-    for index in {0, len(dataset) - 1}:
+def shard_py_dataset(dataset, rank, world_size, even=False):
+    """A PyDataset whose batch i is process `rank`'s part of `dataset[i]`;
+    `even`: the strategy needs equal parts, checked on the first and last
+    batches before any work."""
+    for index in sorted({0, len(dataset) - 1}) if even else ():
         first = dataset[index]
         size = batching.num_samples(first[0] if isinstance(first, tuple) else first)
         batching.check_split(f"PyDataset batch {index}", size, size, world_size)
@@ -98,6 +116,12 @@ def _sharded_class():
     return ShardedPyDataset
 
 
+def is_dataset(data):
+    import keras
+
+    return isinstance(data, keras.utils.PyDataset)
+
+
 def is_generator(data):
     """A Python generator or other one-pass iterator of batches."""
     return inspect.isgenerator(data) or (
@@ -106,24 +130,26 @@ def is_generator(data):
     )
 
 
-def shard_batches(batches, rank, world_size):
+def shard_batches(batches, rank, world_size, even=False):
     """Process `rank`'s part of each batch a generator yields: every process
     runs the same generator and keeps its share of every global batch."""
     for index, batch in enumerate(batches):
-        size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
-        batching.check_split(f"generator batch {index}", size, size, world_size)
+        if even:
+            size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
+            batching.check_split(f"generator batch {index}", size, size, world_size)
         yield part_of(batch, rank, world_size)
 
 
-def shuffled_shards(arrays, batch_size, rank, world_size):
-    """fit(shuffle=True) on arrays: each epoch one order over every sample,
-    drawn as one device draws it, and this process's part of each global
-    batch taken from it (Keras would shuffle each process's shard instead)."""
+def batch_parts(arrays, batch_size, rank, world_size, shuffle=False):
+    """Arrays as a PyDataset whose batch i is process `rank`'s part of global
+    batch i (of any size). `shuffle`: fit(shuffle=True), each epoch one order
+    over every sample, drawn as one device draws it (Keras would shuffle each
+    process's shard instead)."""
     import keras
 
     samples = batching.num_samples(arrays[0])
 
-    class ShuffledShards(keras.utils.PyDataset):
+    class BatchParts(keras.utils.PyDataset):
         def __init__(self):
             super().__init__()
             self.order = None
@@ -134,16 +160,16 @@ def shuffled_shards(arrays, batch_size, rank, world_size):
 
         def __getitem__(self, index):
             if self.order is None:  # as the epoch starts, as Keras draws it
-                self.order = shuffle_order.permutation(samples, self.epoch)
+                self.order = (shuffle_order.permutation(samples, self.epoch) if shuffle
+                              else np.arange(samples))
             batch = self.order[index * batch_size:(index + 1) * batch_size]
-            local = len(batch) // world_size
-            return take(arrays, batch[rank * local:(rank + 1) * local])
+            return take(arrays, batch[slice(*share(len(batch), rank, world_size))])
 
         def on_epoch_end(self):
             self.order = None
             self.epoch += 1
 
-    return ShuffledShards()
+    return BatchParts()
 
 
 def split_validation(x, y, kwargs, split):
@@ -160,24 +186,27 @@ def split_validation(x, y, kwargs, split):
     return take(x, list(head)), take(y, list(head)), validation
 
 
-def shard_inputs(what, x, y, given, rank, world):
-    """This process's shard of x, y and sample_weight; sets its batch size."""
-    import keras
-
-    if isinstance(x, keras.utils.PyDataset):  # batches come from the dataset
-        return shard_py_dataset(x, rank, world), y, given
+def shard_inputs(what, x, y, given, rank, world, even=False):
+    """This process's shard of x, y and sample_weight; sets its batch size.
+    `even`: the strategy needs every process's part of a batch to be the
+    same size (checked before, for arrays)."""
+    if is_dataset(x):  # batches come from the dataset
+        return shard_py_dataset(x, rank, world, even), y, given
     if is_generator(x):
-        return shard_batches(x, rank, world), y, given
+        return shard_batches(x, rank, world, even), y, given
     batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
     weights = given.get("sample_weight")
-    if what == "fit" and given.get("shuffle", True) is True and batching.num_samples(x):
+    samples = batching.num_samples(x)
+    shuffle = what == "fit" and given.get("shuffle", True) is True
+    if samples and (shuffle or not splits_evenly(samples, batch_size, world)):
         arrays = (x, y, weights)
         while arrays[-1] is None:  # as Keras's batches: (x,), (x, y) or (x, y, weights)
             arrays = arrays[:-1]
         given.pop("batch_size", None)
         given.pop("sample_weight", None)
-        given["shuffle"] = False  # the order is drawn above, for every process alike
-        return shuffled_shards(arrays, batch_size, rank, world), None, given
+        if what == "fit":  # the order is drawn above, for every process alike
+            given["shuffle"] = False
+        return batch_parts(arrays, batch_size, rank, world, shuffle), None, given
     x, (y, weights) = shard(what, x, [y, weights], batch_size, rank, world)
     if weights is not None:
         given["sample_weight"] = weights

@@ -14,7 +14,8 @@ import importlib.util
 import numpy as np
 import pytest
 from tests.conftest import engine_or_skip
-from tests.test_programs import assert_same_training, relative_difference, run_both
+from tests.test_programs import (assert_same_history, assert_same_training,
+                                 relative_difference, run_both)
 
 keras = engine_or_skip()
 
@@ -32,15 +33,6 @@ def assert_trained_on(agnostic, replicas):
     """The literal swap trained on `replicas` devices (torch: processes)."""
     assert agnostic["devices_used"] == int(replicas)
     assert all(np.isfinite(w).all() for w in agnostic["weights"])
-
-
-def assert_same_history(plain, agnostic, tolerance=1e-5):
-    """Tighter than assert_same_training's 1e-3: a deterministic run's logs
-    are one device's to float32 rounding, so a log of part of the batch (a
-    process's own share) shows here."""
-    for key, values in plain["history"].items():
-        np.testing.assert_allclose(agnostic["history"][key], values, rtol=tolerance,
-                                   err_msg=key)
 
 
 def assert_exactly_one_device(plain, agnostic, *keys):
@@ -197,12 +189,6 @@ def test_the_internals_of_training_in_place_name_the_keras_version_when_they_mov
         assert "_layout" in vars(variable)
 
 
-# Engines whose strategy weights each replica's share by its size (README,
-# "Guarantees"): batches of 33 over 1,001 rows there; elsewhere batches that
-# divide.
-UNEVEN_SHARES = ENGINE == "tensorflow"
-
-
 @pytest.mark.parametrize("clip, replicas", [
     pytest.param("global_clipnorm", "2", marks=VERSIONS),
     ("clipnorm", REPLICAS[0]),
@@ -212,10 +198,9 @@ def test_one_devices_gradient_arithmetic(clip, replicas, tmp_path):
     # Clipping on the global batch's gradient, accumulation over 2 steps, a
     # moving average of the weights, AdamW on sparse gradients (one lookup
     # shared by the batch), a compute_loss override adding a term, add_loss
-    # and a regularizer: one device's numbers.
+    # and a regularizer: one device's numbers, in batches of 33 over 1,001
+    # rows (and 101 validation rows), which no number of devices divides.
     env = replicas_env(replicas, PROGRAM_CLIP=clip)
-    if not UNEVEN_SHARES:
-        env.update(PROGRAM_BATCH="32", PROGRAM_ROWS="1024", PROGRAM_VALIDATION="100")
     plain, agnostic = run_both("gradient_arithmetic", tmp_path, env=env, both=True)
     assert_same_training(plain, agnostic)
     assert_same_history(plain, agnostic)
@@ -229,11 +214,9 @@ def test_one_devices_gradient_arithmetic(clip, replicas, tmp_path):
 # without agnostic (README, "Known differences"): 2 devices there.
 @pytest.mark.parametrize("replicas", ["2", "4"] if ENGINE == "tensorflow" else ["2"])
 def test_digits_convnet_with_batch_normalization(replicas, tmp_path):
-    # The whole digits on TensorFlow (1,497 training rows: the epoch ends on
-    # a batch of 25, shares of 13 and 12); rows that divide elsewhere.
+    # The whole digits (1,497 training rows: the epoch ends on a batch of
+    # 25, shares of 13 and 12).
     env = replicas_env(replicas)
-    if not UNEVEN_SHARES:
-        env["PROGRAM_ROWS"] = "1580"
     plain, agnostic = run_both("digits_cnn", tmp_path, env=env, both=True)
     assert_same_training(plain, agnostic)
     assert_same_history(plain, agnostic, tolerance=1e-4)
@@ -241,9 +224,6 @@ def test_digits_convnet_with_batch_normalization(replicas, tmp_path):
     assert_trained_on(agnostic, replicas)
 
 
-@pytest.mark.xfail(ENGINE == "torch", strict=True, reason="torch with fit's default "
-                   "shuffle=True on a PyDataset: 2.9e-2 from one device, a known bug "
-                   "(README, \"Known differences\"); exact with shuffle=False")
 def test_a_pydataset_as_keras_io_writes_it_with_fits_shuffling(tmp_path):
     plain, agnostic = run_both("keras_io_pydataset", tmp_path, env=replicas_env("2"))
     assert_same_training(plain, agnostic)

@@ -54,6 +54,15 @@ def assert_same_training(plain, agnostic, weights=1e-5, logs=1e-3):
         np.testing.assert_allclose(actual, expected, rtol=logs, atol=logs)
 
 
+def assert_same_history(plain, agnostic, tolerance=1e-5):
+    """Tighter than assert_same_training's 1e-3: a deterministic run's logs
+    are one device's to float32 rounding, so a log of part of the batch (a
+    process's own share) shows here."""
+    for key, values in plain["history"].items():
+        np.testing.assert_allclose(agnostic["history"][key], values, rtol=tolerance,
+                                   err_msg=key)
+
+
 @pytest.mark.parametrize("replicas", [pytest.param("2", marks=VERSIONS), "4"])
 def test_batch_normalization_uses_the_global_batch(replicas, tmp_path):
     plain, agnostic = run_both("batchnorm_cnn", tmp_path,
@@ -87,11 +96,14 @@ def test_count_metrics_count_every_process_samples(tmp_path):
     np.testing.assert_allclose(agnostic["predicted"], plain["predicted"], atol=1e-5)
 
 
-@VERSIONS
-def test_the_guides_custom_train_step_reports_one_device_numbers(tmp_path):
-    plain, agnostic = run_both("custom_train_step", tmp_path)
+@pytest.mark.parametrize("batch", [pytest.param("32", marks=VERSIONS), "33"])
+def test_the_guides_custom_train_step_reports_one_device_numbers(batch, tmp_path):
+    # Its loss tracker, updated with each share's loss and no weight, reports
+    # the global batches' mean also where the shares differ in size (33).
+    plain, agnostic = run_both("custom_train_step", tmp_path, env={"PROGRAM_BATCH": batch})
     assert plain["history"]["seen"] == [256.0, 256.0]  # a Sum: every sample of an epoch
     assert_same_training(plain, agnostic)
+    assert_same_history(plain, agnostic)
 
 
 @pytest.mark.skipif(ENGINE != "tensorflow", reason="the step's own optimizer: the "
@@ -150,6 +162,31 @@ def test_a_pydataset_trains_like_one_device(shuffle, tmp_path):
     plain, agnostic = run_both("pydataset", tmp_path, env={"PROGRAM_SHUFFLE": shuffle},
                                both=True)
     assert_same_training(plain, agnostic)
+
+
+# torch: processes, each one starting the engine (the costly case): 2.
+ODD_BATCHES = [("33", "1001", "2"), ("17", "1001", "2" if ENGINE == "torch" else "4"),
+               ("1", "41", "2")]
+
+
+@pytest.mark.parametrize("batch, rows, replicas", ODD_BATCHES)
+def test_batches_of_any_size_train_like_one_device(batch, rows, replicas, tmp_path):
+    # fit (arrays, validation_data, a PyDataset), evaluate, predict and the
+    # *_on_batch methods on batches that do not divide by the devices, with
+    # BatchNormalization: each share counts as its rows do on one device.
+    env = {"PROGRAM_BATCH": batch, "PROGRAM_ROWS": rows, "AGNOSTIC_TEST_REPLICAS": replicas}
+    plain, agnostic = run_both("odd_batches", tmp_path, env=env, both=True)
+    assert agnostic["devices_used"] == int(replicas)
+    assert_same_training(plain, agnostic)
+    for key, values in plain["from_dataset"].items():
+        np.testing.assert_allclose(agnostic["from_dataset"][key], values, rtol=1e-5,
+                                   atol=1e-6, err_msg=key)
+    for expected, actual in zip(plain["on_batch"], agnostic["on_batch"]):
+        for key, value in expected.items():
+            np.testing.assert_allclose(actual[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+    for key, rows_expected in (("predictions", 7), ("on_batch_predictions", 3)):
+        assert len(agnostic[key]) == rows_expected
+        np.testing.assert_allclose(agnostic[key], plain[key], atol=1e-5, err_msg=key)
 
 
 @pytest.mark.skipif(ENGINE != "tensorflow", reason="tf.data is TensorFlow's pipeline; "

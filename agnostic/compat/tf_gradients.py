@@ -43,11 +43,14 @@ STEPS = ("train_step", "test_step")
 def one_device_arithmetic(model, optimizers):
     """`model`'s steps compute one device's losses on their share, and each
     of `optimizers` applies the gradients of the global batch."""
+    from agnostic import in_place
     from agnostic.strategies import base
 
     _install()
     for name in STEPS:
         base.wrap_method(model, name, _recording_share)
+    for tracker in in_place.mean_trackers(model):
+        base.wrap_method(tracker, "update_state", _weighted_when_unweighted)
     base.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
     for optimizer in optimizers:
         base.wrap_method(optimizer, "scale_loss", _weighted_by_share(optimizer))
@@ -83,6 +86,24 @@ def _in_replica_step():
             and not tf.distribute.in_cross_replica_context())
 
 
+def _weighted_when_unweighted(update_state):
+    """A Mean tracker updated in a replica's step with one value and no
+    weight counts it by the replica's share of the batch (replicas * n_r /
+    n): the tracker then holds the mean of the global batches' values, as on
+    one device, not the mean of the replicas' (which differ for shares of
+    unequal size)."""
+    def run(values, sample_weight=None):
+        import tensorflow as tf
+
+        if sample_weight is None and _in_replica_step() \
+                and tf.convert_to_tensor(values).shape.num_elements() == 1:
+            replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+            sample_weight = tf.reshape(_share() * replicas, tf.shape(values))
+        return update_state(values, sample_weight=sample_weight)
+
+    return run
+
+
 def _weighted_by_share(optimizer):
     """Keras's own train_step scales its loss through the optimizer before
     taking gradients: the loss is weighted there, so that gradients flowing
@@ -105,7 +126,9 @@ def _weighted_by_share(optimizer):
 
 def _nothing_from_an_empty_share(compute_loss):
     """A replica given no rows (the last batch of an epoch, smaller than
-    the replicas) adds 0, not the NaN of a mean over nothing."""
+    the replicas) adds 0, not the NaN of a mean over nothing (nor, where its
+    share is known to be empty as it is traced, the empty tensor Keras's
+    loss then is: *_on_batch)."""
     def run(*args, **kwargs):
         import tensorflow as tf
 
@@ -113,6 +136,8 @@ def _nothing_from_an_empty_share(compute_loss):
         rows = getattr(_step, "rows", None)
         if rows is None or loss is None:
             return loss
+        if loss.shape.num_elements() == 0:
+            loss = tf.reduce_sum(loss)
         return tf.where(rows > 0, loss, tf.zeros_like(loss))
 
     return run

@@ -7,7 +7,7 @@ global batch, and JAX's one program computes on the whole batch.
 import contextlib
 
 from agnostic import collectives, in_place, pipeline
-from agnostic.compat import keras_variables
+from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base
 
 
@@ -28,8 +28,10 @@ class JaxDataParallelStrategy(base.Strategy):
         in_place.compile_in(model, distribution.scope(), call)
         # Keras shards each batch by the distribution active at call time, so
         # each call runs under this model's own one (several may coexist).
-        if plan.num_processes == 1:
-            pipeline.wrap(model, plan.num_replicas, scope=distribution.scope)
+        if plan.num_processes == 1:  # batches of any size (compat.jax_uneven_batches)
+            jax_uneven_batches.allow(distribution)
+            pipeline.wrap(model, plan.num_replicas, scope=distribution.scope,
+                          even_shares=False)
             return model
         processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                        barrier=_barrier, share=collectives.jax_share)

@@ -11,6 +11,7 @@ over the replicas (ModelParallel).
 import re
 
 from agnostic import in_place, pipeline, placement
+from agnostic.compat import jax_uneven_batches
 from agnostic.strategies import base
 
 BATCH, MODEL = "batch", "model"
@@ -37,7 +38,8 @@ class JaxModelParallelStrategy(base.Strategy):
         distribution = keras.distribution.ModelParallel(layout_map=layout_map,
                                                         batch_dim_name=BATCH)
         in_place.compile_in(model, distribution.scope(), call)
-        pipeline.wrap(model, plan.num_replicas, scope=distribution.scope)
+        jax_uneven_batches.allow(distribution)
+        pipeline.wrap(model, plan.num_replicas, scope=distribution.scope, even_shares=False)
         return model
 
 

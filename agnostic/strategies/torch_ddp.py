@@ -13,7 +13,7 @@ import datetime
 import logging
 import sys
 
-from agnostic import batch_norm, cluster, collectives, errors, in_place, pipeline
+from agnostic import batch_norm, batching, cluster, collectives, errors, in_place, pipeline
 from agnostic.compat import torch_batch_norm, torch_keras_ddp
 from agnostic.launch import failures, local
 from agnostic.strategies import base, torch_reduce
@@ -61,18 +61,19 @@ class TorchDDPStrategy(base.Strategy):
         torch_reduce.broadcast([v.value for v in model.variables])
         if not torch_batch_norm.synchronize(model, self.sync_batch_norm):
             _average_moving_statistics(model, group.world_size)
-        if torch_keras_ddp.keras_averages_gradients(model):
+        by_keras = torch_keras_ddp.keras_averages_gradients(model)
+        if by_keras:
             logger.info("Keras %s trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.", keras_version())
-        else:
-            _average_gradients(model, group.world_size, self.multi_device,
-                               in_place.optimizers(model, call))
+        _average_gradients(model, group.world_size, self.multi_device,
+                           in_place.optimizers(model, call), by_keras)
         if not torch_keras_ddp.keras_is_data_parallel(model):
             _aggregate_metrics(model)
         _global_step_logs(model, group.world_size)
+        base.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
                                        share=collectives.torch_share)
-        pipeline.wrap(model, group.world_size, processes=processes)
+        pipeline.wrap(model, group.world_size, processes=processes, even_shares=False)
         return model
 
 
@@ -135,16 +136,20 @@ def keras_version():
     return keras.__version__
 
 
-def _average_gradients(model, world_size, multi_device=False, optimizers=()):
+def _average_gradients(model, world_size, multi_device=False, optimizers=(), by_keras=False):
     """Each training step's gradients averaged over the processes: torch's
     DistributedDataParallel while backward runs, when the step calls the
     model (compat.torch_keras_ddp); else when an optimizer the model trains
-    with (`optimizers`: the model's, a GAN's own) gets them."""
+    with (`optimizers`: the model's, a GAN's own) gets them. `by_keras`:
+    Keras averages them itself; only each share's weight is added, to the
+    loss its train_step scales."""
     steps = GradientSteps(model, world_size, multi_device)
+    steps.warned = by_keras  # Keras's own step averages: nothing to warn of
 
     def step(train_step):
         def run(*args, **kwargs):
-            return steps.run(lambda: train_step(*args, **kwargs))
+            data = args[0] if args else kwargs.get("data")
+            return steps.run(lambda: train_step(*args, **kwargs), data)
 
         return run
 
@@ -155,13 +160,34 @@ def _average_gradients(model, world_size, multi_device=False, optimizers=()):
 
         return run
 
+    def scale_loss(original):
+        def run(loss):
+            return steps.scale(original(loss))
+
+        return run
+
+    def test_step(original):
+        def run(*args, **kwargs):
+            data = args[0] if args else kwargs.get("data")
+            return steps.counted(lambda: original(*args, **kwargs), data)
+
+        return run
+
     base.wrap_method(model, "train_step", step)
-    base.wrap_method(model, "forward", steps.forward)
+    trackers = in_place.mean_trackers(model)
+    for tracker in trackers:
+        base.wrap_method(tracker, "update_state", steps.weighted_update)
+    if trackers:  # their test steps count rows too
+        base.wrap_method(model, "test_step", test_step)
+    if not by_keras:
+        base.wrap_method(model, "forward", steps.forward)
     # A loss-scale optimizer averages before its inner one sees the gradients.
     inner = {id(getattr(optimizer, "inner_optimizer", None)) for optimizer in optimizers}
     for optimizer in optimizers:
         if id(optimizer) not in inner:
-            base.wrap_method(optimizer, "apply", apply)
+            base.wrap_method(optimizer, "scale_loss", scale_loss)
+            if not by_keras:
+                base.wrap_method(optimizer, "apply", apply)
     model.__dict__["_agnostic_gradients"] = steps  # read by tests and benchmarks
 
 
@@ -192,6 +218,11 @@ class GradientSteps:
         self.applied = False
         self.warned = False
         self.at_optimizer = 0  # steps averaged when the optimizer got them
+        self.rows = None  # this process's rows in this step
+        self.counting = None  # the pending sum of every process's rows
+        self.weight = 1.0  # world * rows / every process's rows
+        self.scaled = False  # this step's loss carries the weight
+        self.in_step = False  # in a train or test step
 
     def forward(self, own):
         def run(*args, **kwargs):
@@ -201,6 +232,7 @@ class GradientSteps:
                 if self.parallel is None and self.whole:
                     self.parallel = torch_keras_ddp.parallel_forward(
                         self.model, BUCKET_MB, self.multi_device)
+                    self.parallel.register_comm_hook(self, _weighted_mean)
                 if self.parallel is not None:
                     self.forwards += 1
                     return self.parallel(*args, **kwargs)
@@ -208,15 +240,71 @@ class GradientSteps:
 
         return run
 
-    def run(self, step):
-        self.active, self.forwards, self.applied = True, 0, False
+    def run(self, step, data):
+        self.active, self.forwards, self.applied, self.scaled = True, 0, False, False
         try:
-            result = step()
+            result = self.counted(step, data)
         finally:
             self.active = False
         if not self.applied and not self.forwards and not self.warned:
             self._warn_if_unaveraged()
         return result
+
+    def counted(self, step, data):
+        """Runs a train or test step, its rows summed over the processes."""
+        self._count_rows(data)
+        self.in_step = True
+        try:
+            return step()
+        finally:
+            self.in_step = False
+            self.share()  # the count is waited for in every step
+
+    def weighted_update(self, update_state):
+        """A Mean tracker updated in a step with one value and no weight (the
+        guides' `loss_tracker.update_state(loss)`) counts it by this
+        process's share (world * n_r / n): the mean of the global batches'
+        values, as on one device, not of the processes' means."""
+        def run(values, sample_weight=None):
+            import torch
+
+            if sample_weight is None and self.in_step and torch.is_tensor(values) \
+                    and values.numel() == 1:
+                sample_weight = torch.full_like(values, self.share())
+            return update_state(values, sample_weight=sample_weight)
+
+        return run
+
+    def _count_rows(self, data):
+        import torch
+        import torch.distributed as dist
+
+        self.rows, self.weight = batching.num_samples(data), 1.0
+        if self.rows is not None:  # the same structure, so the same call, everywhere
+            total = torch.tensor([float(self.rows)])
+            self.counting = (dist.all_reduce(total, async_op=True), total)
+
+    def share(self):
+        """This step's weight of this process's gradients: world * n_r / n."""
+        if self.counting is not None:
+            work, total = self.counting
+            work.wait()
+            self.counting = None
+            every = float(total[0])
+            self.weight = self.world_size * self.rows / every if every else 0.0
+        return self.weight
+
+    def scale(self, loss):
+        """The step's loss, weighted by this process's share (in a step)."""
+        if not self.active:
+            return loss
+        self.scaled = True
+        weight = self.share()
+        return loss * weight if weight != 1.0 else loss
+
+    def unscaled_weight(self):
+        """What the gradients still need: the share, unless the loss had it."""
+        return 1.0 if self.scaled else self.share()
 
     def average(self, gradients, variables):
         self.applied = True
@@ -228,6 +316,10 @@ class GradientSteps:
         present = [g for g in gradients if g is not None]
         self.at_optimizer += 1
         if present:
+            weight = self.unscaled_weight()
+            if weight != 1.0:
+                for gradient in present:
+                    gradient.mul_(weight)
             torch_reduce.all_reduce_mean(present, self.world_size)
 
     def _without_parallel(self, variables):
@@ -258,6 +350,34 @@ class GradientSteps:
             "self(x), or apply gradients through self.optimizer.",
             errors.UnaveragedGradientsWarning, stacklevel=3,
         )
+
+
+def _nothing_from_an_empty_share(compute_loss):
+    """A process given no rows of a batch (one smaller than the processes)
+    adds 0 to the step, where Keras's loss over nothing is an empty tensor.
+    The 0 comes through the model's outputs, so that every weight still
+    gets its (zero) gradient and the processes' reductions stay matched."""
+    def run(*args, **kwargs):
+        import keras
+
+        given = batching.named_arguments(compute_loss, args, kwargs) or {}
+        outputs = given.get("y_pred")
+        if outputs is None or batching.num_samples(outputs) != 0:
+            return compute_loss(*args, **kwargs)
+        return sum(output.sum() for output in keras.tree.flatten(outputs)) * 0.0
+
+    return run
+
+
+def _weighted_mean(steps, bucket):
+    """DistributedDataParallel's communication hook: a bucket of gradients
+    averaged over the processes, each weighted by its share of the batch."""
+    import torch.distributed as dist
+
+    values = bucket.buffer()
+    values.mul_(steps.unscaled_weight() / steps.world_size)
+    return dist.all_reduce(values, async_op=True).get_future().then(
+        lambda done: done.value()[0])
 
 
 def _average_moving_statistics(model, world_size):

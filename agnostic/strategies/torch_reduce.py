@@ -47,9 +47,17 @@ def broadcast(tensors):
 
 
 def all_reduce_sum(tensors):
-    """Every process gets the sum of `tensors` over all processes, in place."""
+    """Every process gets the sum of `tensors` over all processes, in place.
+
+    Tensors on torch's "meta" device (Keras's symbolic build traces
+    `compute_metrics` on them before fit's first epoch) hold no values and
+    are left alone: torch's meta collective sends nothing, but draws an id
+    from Python's global `random`, which would move the order in which fit
+    shuffles a PyDataset's batches in the first epoch away from one
+    device's."""
     import torch.distributed as dist
 
+    tensors = [tensor for tensor in tensors if not tensor.is_meta]
     pending = []
     for bucket in buckets(tensors):
         values = flat(bucket)

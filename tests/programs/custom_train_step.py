@@ -1,6 +1,8 @@
 """The Keras guide "Customizing what happens in fit()": a subclassed model
 with its own train_step and test_step, a loss tracker and a metric, in the
-variant for the engine that runs it."""
+variant for the engine that runs it; batches of PROGRAM_BATCH rows (32),
+evaluated in batches of twice as many and one, which no device count
+divides."""
 from harness import ENGINE, compile, digits, finish  # noqa: I001
 
 import os
@@ -9,6 +11,7 @@ import keras
 from keras import ops
 
 OWN_OPTIMIZER = os.environ.get("PROGRAM_OWN_OPTIMIZER") == "1"
+BATCH = int(os.environ.get("PROGRAM_BATCH", "32"))
 
 
 class CustomModel(keras.Model):
@@ -110,6 +113,6 @@ inputs = keras.Input((64,))
 hidden = keras.layers.Dense(32, activation="relu")(inputs)
 model = CustomModel(inputs, keras.layers.Dense(10)(hidden))
 model = compile(model, optimizer=keras.optimizers.SGD(0.1))
-history = model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
-evaluation = model.evaluate(x, y, batch_size=64, verbose=0, return_dict=True)
+history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
+evaluation = model.evaluate(x, y, batch_size=2 * BATCH + 1, verbose=0, return_dict=True)
 finish(model, history, evaluation)

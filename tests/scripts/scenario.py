@@ -82,9 +82,11 @@ def split(replicas, folder):
                                               gpus=replicas, **models.COMPILE)
     messages = []
     for samples, batch_size in ((101, 16), (96, 8 * replicas + 1)):
-        reference.fit(x[:samples], y[:samples], batch_size=batch_size, epochs=1, verbose=0)
+        reference.fit(x[:samples], y[:samples], batch_size=batch_size, epochs=1, shuffle=False,
+                      verbose=0)
         try:
-            model.fit(x[:samples], y[:samples], batch_size=batch_size, epochs=1, verbose=0)
+            model.fit(x[:samples], y[:samples], batch_size=batch_size, epochs=1, shuffle=False,
+                      verbose=0)
         except agnostic.BatchSplitError as error:
             messages.append(str(error))
     try:

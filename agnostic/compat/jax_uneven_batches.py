@@ -1,0 +1,58 @@
+"""JAX, Keras 3.13-3.16: a batch whose rows do not divide over the devices of
+one process's DataParallel (a batch_size of 33 on 2 devices, the short last
+batch of an epoch, a PyDataset's odd batch) runs whole on every device.
+
+Keras lays every batch out split along the batch axis
+(`backend.jax.distribution_lib.distribute_data_input`, looked up at each
+call by the trainer), and JAX refuses a split that does not divide
+(IndivisibleError), whereas one device takes any batch. Such a batch is laid
+out copied on every device instead: the compiled step then computes one
+device's arithmetic on the whole batch, BatchNormalization and every loss
+included (the work is not shared for that batch). Only the distributions
+agnostic made are changed: under any other, or none, Keras's function runs
+as it is. With several processes each process feeds its own part of the
+batch, which cannot be copied whole: there the batches are checked instead
+(pipeline.wrap).
+"""
+from agnostic.compat import versions
+
+MARK = "_agnostic_uneven_batches"
+
+
+def allow(distribution):
+    """Makes `distribution` (a keras.distribution agnostic made, one process)
+    take batches of any size."""
+    setattr(distribution, MARK, True)
+    module = _module()
+    if not getattr(module.distribute_data_input, MARK, False):
+        module.distribute_data_input = _copied_when_uneven(module.distribute_data_input)
+
+
+def _module():
+    try:
+        from keras.src.backend.jax import distribution_lib
+    except ImportError:
+        distribution_lib = None
+    if not callable(getattr(distribution_lib, "distribute_data_input", None)):
+        raise versions.moved("backend.jax.distribution_lib.distribute_data_input")
+    return distribution_lib
+
+
+def _copied_when_uneven(original):
+    def distribute_data_input(per_process_batch, layout, batch_dim_name):
+        import jax
+        import keras
+
+        sharding = getattr(layout, "backend_layout", layout)
+        mesh = getattr(sharding, "mesh", None)
+        if mesh is None or not getattr(keras.distribution.distribution(), MARK, False) \
+                or not getattr(per_process_batch, "ndim", 0):
+            return original(per_process_batch, layout, batch_dim_name)
+        devices = dict(mesh.shape).get(batch_dim_name, 1)
+        if devices < 2 or per_process_batch.shape[0] % devices == 0:
+            return original(per_process_batch, layout, batch_dim_name)
+        copied = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        return jax.device_put(per_process_batch, copied)
+
+    setattr(distribute_data_input, MARK, True)
+    return distribute_data_input

@@ -96,12 +96,15 @@ def test_count_metrics_count_every_process_samples(tmp_path):
     np.testing.assert_allclose(agnostic["predicted"], plain["predicted"], atol=1e-5)
 
 
-@pytest.mark.parametrize("batch", [pytest.param("32", marks=VERSIONS), "33"])
-def test_the_guides_custom_train_step_reports_one_device_numbers(batch, tmp_path):
+@pytest.mark.parametrize("batch, rows", [pytest.param("32", "256", marks=VERSIONS),
+                                         ("33", "256"), ("1", "41")])
+def test_the_guides_custom_train_step_reports_one_device_numbers(batch, rows, tmp_path):
     # Its loss tracker, updated with each share's loss and no weight, reports
-    # the global batches' mean also where the shares differ in size (33).
-    plain, agnostic = run_both("custom_train_step", tmp_path, env={"PROGRAM_BATCH": batch})
-    assert plain["history"]["seen"] == [256.0, 256.0]  # a Sum: every sample of an epoch
+    # the global batches' mean also where the shares differ in size (33),
+    # and a replica or process given no rows (1) adds nothing to the step.
+    env = {"PROGRAM_BATCH": batch, "PROGRAM_ROWS": rows}
+    plain, agnostic = run_both("custom_train_step", tmp_path, env=env, both=True)
+    assert plain["history"]["seen"] == [float(rows)] * 2  # a Sum: every sample of an epoch
     assert_same_training(plain, agnostic)
     assert_same_history(plain, agnostic)
 

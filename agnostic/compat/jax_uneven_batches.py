@@ -45,14 +45,24 @@ def _copied_when_uneven(original):
 
         sharding = getattr(layout, "backend_layout", layout)
         mesh = getattr(sharding, "mesh", None)
-        if mesh is None or not getattr(keras.distribution.distribution(), MARK, False) \
-                or not getattr(per_process_batch, "ndim", 0):
+        axis = _batch_axis(sharding, batch_dim_name)
+        if mesh is None or axis is None or axis >= getattr(per_process_batch, "ndim", 0) \
+                or not getattr(keras.distribution.distribution(), MARK, False):
             return original(per_process_batch, layout, batch_dim_name)
-        devices = dict(mesh.shape).get(batch_dim_name, 1)
-        if devices < 2 or per_process_batch.shape[0] % devices == 0:
+        if per_process_batch.shape[axis] % dict(mesh.shape)[batch_dim_name] == 0:
             return original(per_process_batch, layout, batch_dim_name)
         copied = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         return jax.device_put(per_process_batch, copied)
 
     setattr(distribute_data_input, MARK, True)
     return distribute_data_input
+
+
+def _batch_axis(sharding, batch_dim_name):
+    """The axis of the data split over the devices of `batch_dim_name` (the
+    first; with Keras 3.16's steps_per_execution, batches of several steps
+    are split along the second)."""
+    for axis, names in enumerate(tuple(getattr(sharding, "spec", ()))):
+        if names == batch_dim_name or isinstance(names, tuple) and batch_dim_name in names:
+            return axis
+    return None

@@ -14,7 +14,7 @@ import logging
 import sys
 
 from agnostic import batch_norm, batching, cluster, collectives, errors, in_place, pipeline
-from agnostic.compat import torch_batch_norm, torch_keras_ddp
+from agnostic.compat import torch_batch_norm, torch_empty_share, torch_keras_ddp
 from agnostic.launch import failures, local
 from agnostic.strategies import base, torch_reduce
 
@@ -69,8 +69,8 @@ class TorchDDPStrategy(base.Strategy):
                            in_place.optimizers(model, call), by_keras)
         if not torch_keras_ddp.keras_is_data_parallel(model):
             _aggregate_metrics(model)
-        _global_step_logs(model, group.world_size)
-        base.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
+        _global_step_logs(model)
+        _empty_shares(model)
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
                                        share=collectives.torch_share)
         pipeline.wrap(model, group.world_size, processes=processes, even_shares=False)
@@ -352,21 +352,19 @@ class GradientSteps:
         )
 
 
-def _nothing_from_an_empty_share(compute_loss):
+def _empty_shares(model):
     """A process given no rows of a batch (one smaller than the processes)
-    adds 0 to the step, where Keras's loss over nothing is an empty tensor.
-    The 0 comes through the model's outputs, so that every weight still
-    gets its (zero) gradient and the processes' reductions stay matched."""
-    def run(*args, **kwargs):
-        import keras
+    takes its step with losses of 0 (compat.torch_empty_share)."""
+    def wrapper(step):
+        def run(*args, **kwargs):
+            rows = batching.num_samples(args[0] if args else kwargs.get("data"))
+            with torch_empty_share.when(rows == 0):
+                return step(*args, **kwargs)
 
-        given = batching.named_arguments(compute_loss, args, kwargs) or {}
-        outputs = given.get("y_pred")
-        if outputs is None or batching.num_samples(outputs) != 0:
-            return compute_loss(*args, **kwargs)
-        return sum(output.sum() for output in keras.tree.flatten(outputs)) * 0.0
+        return run
 
-    return run
+    for name in ("train_step", "test_step"):
+        base.wrap_method(model, name, wrapper)
 
 
 def _weighted_mean(steps, bucket):
@@ -426,17 +424,19 @@ def _aggregate_metrics(model):
     base.wrap_method(model, "get_metrics_result", wrapper)
 
 
-def _global_step_logs(model, world_size):
+def _global_step_logs(model):
     """A step whose logs are not named as the model's metrics (the keras.io
     VAE returns "loss" from a tracker named "total_loss") is reported by
     Keras as it returned them: this process's share. Each such log that is
     one of the metrics' results becomes that metric's result over every
-    process; any other is averaged over the processes."""
+    process; any other is averaged over the processes, each process's value
+    weighted by its rows (its share of the batch)."""
     import torch
 
     def wrapper(step):
         def run(*args, **kwargs):
             logs = step(*args, **kwargs)
+            rows = batching.num_samples(args[0] if args else kwargs.get("data"))
             names = {metric.name for metric in model.metrics}
             if not isinstance(logs, dict) or set(logs) == names:
                 return logs  # Keras reads the metrics themselves
@@ -447,10 +447,12 @@ def _global_step_logs(model, world_size):
                              if torch.is_tensor(value) and value.numel() == 1)
             averaged = {}
             if scalars:
-                stacked = torch.stack([logs[key].detach().float().reshape(())
-                                       for key in scalars])
-                torch_reduce.all_reduce_mean([stacked], world_size)
-                averaged = dict(zip(scalars, stacked))
+                weight = 1.0 if rows is None else float(rows)
+                values = [logs[key].detach().float().reshape(()) * weight if weight
+                          else torch.zeros(()) for key in scalars]  # none: no NaN either
+                stacked = torch.stack(values + [torch.tensor(weight)])
+                torch_reduce.all_reduce_sum([stacked])
+                averaged = dict(zip(scalars, stacked[:-1] / stacked[-1]))
             result = {}
             for key, value in logs.items():
                 match = key if key in local else next(

@@ -1,6 +1,7 @@
 """The Keras guide "Customizing what happens in fit()": a subclassed model
 with its own train_step and test_step, a loss tracker and a metric, in the
-variant for the engine that runs it; batches of PROGRAM_BATCH rows (32),
+variant for the engine that runs it; PROGRAM_ROWS digits (256) in batches
+of PROGRAM_BATCH rows (32),
 evaluated in batches of twice as many and one, which no device count
 divides."""
 from harness import ENGINE, compile, digits, finish  # noqa: I001
@@ -12,6 +13,7 @@ from keras import ops
 
 OWN_OPTIMIZER = os.environ.get("PROGRAM_OWN_OPTIMIZER") == "1"
 BATCH = int(os.environ.get("PROGRAM_BATCH", "32"))
+ROWS = int(os.environ.get("PROGRAM_ROWS", "256"))
 
 
 class CustomModel(keras.Model):
@@ -106,7 +108,7 @@ class CustomModel(keras.Model):
 
 
 keras.utils.set_random_seed(3)
-x, digit = digits()
+x, digit = digits(ROWS)
 y = ops.one_hot(digit, 10)
 y = keras.ops.convert_to_numpy(y).astype("float32")
 inputs = keras.Input((64,))

@@ -67,3 +67,27 @@ def test_the_template_still_predicts_after_fit_with_a_random_layer():
     x = jax.numpy.ones((16, 8))
     model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0)
     assert template.predict(x, verbose=0).shape == (16, 1)
+
+
+def test_a_batch_that_does_not_divide_runs_whole_only_under_agnostics_distribution():
+    # compat.jax_uneven_batches: under a distribution agnostic made, a batch
+    # that does not divide over its devices is copied whole to each; one
+    # that divides is split as Keras splits it; under Keras's own
+    # distribution (a program without agnostic) nothing changes: JAX refuses.
+    import numpy as np
+
+    from agnostic.compat import jax_uneven_batches
+
+    ours = keras.distribution.DataParallel(devices=jax.devices()[:2])
+    jax_uneven_batches.allow(ours)
+    keras_own = keras.distribution.DataParallel(devices=jax.devices()[:2])
+    lay_out = jax_uneven_batches._module().distribute_data_input
+    for distribution, rows, whole in ((ours, 3, True), (ours, 4, False), (keras_own, 4, False)):
+        with distribution.scope():
+            batch = np.zeros((rows, 2), "float32")
+            laid = lay_out(batch, distribution.get_data_layout(batch.shape), "batch")
+        assert laid.sharding.is_fully_replicated is whole
+        assert len(laid.sharding.device_set) == 2
+    with keras_own.scope(), pytest.raises(ValueError):
+        batch = np.zeros((3, 2), "float32")
+        lay_out(batch, keras_own.get_data_layout(batch.shape), "batch")

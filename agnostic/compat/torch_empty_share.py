@@ -1,0 +1,55 @@
+"""torch, Keras 3.13-3.16: a Keras loss over no rows is 0 in a step where
+this process's share of the batch is empty (a batch smaller than the
+processes: `batch_size=1` on 2, an epoch's last row).
+
+Keras's `losses.loss.reduce_values` returns a loss over no rows as it is,
+an empty tensor, which `backward()` refuses ("grad can be implicitly created
+only for scalar outputs"): one device never sees an empty batch. In such a
+step of a model agnostic compiled, the loss is the sum of those no values
+instead: 0, still joined to the model's outputs, so that every weight gets
+its (zero) gradient and the processes' reductions stay matched. This holds
+for the compiled loss (Keras's own steps) and for a loss object a step of
+the program's own calls (`self.loss_fn(y, y_pred)`). The step's weight,
+rows / every process's rows, is 0 there anyway (strategies.torch_ddp).
+Elsewhere Keras's function runs as it is.
+"""
+import contextlib
+import threading
+
+from agnostic.compat import versions
+
+_state = threading.local()
+MARK = "_agnostic_empty_share"
+
+
+@contextlib.contextmanager
+def when(empty):
+    """Within: Keras's losses over no rows are 0, if `empty`."""
+    _install()
+    previous = getattr(_state, "empty", False)
+    _state.empty = bool(empty)
+    try:
+        yield
+    finally:
+        _state.empty = previous
+
+
+def _install():
+    try:
+        from keras.src.losses import loss as module
+    except ImportError:
+        module = None
+    original = getattr(module, "reduce_values", None)
+    if not callable(original):
+        raise versions.moved("losses.loss.reduce_values")
+    if getattr(original, MARK, False):
+        return
+
+    def reduce_values(values, *args, **kwargs):
+        if getattr(_state, "empty", False) and getattr(values, "shape", None) is not None \
+                and 0 in tuple(values.shape):
+            return values.sum()
+        return original(values, *args, **kwargs)
+
+    setattr(reduce_values, MARK, True)
+    module.reduce_values = reduce_values

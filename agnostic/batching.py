@@ -50,9 +50,10 @@ def check_split(what, samples, batch_size, num_replicas):
         raise errors.BatchSplitError(
             f"{what}: {samples} samples with batch_size={batch_size} leave a "
             f"last batch of {last} samples ({samples} % {batch_size}), which "
-            f"cannot be split evenly over {num_replicas} replicas; one device "
-            "would see fewer samples and training would differ from one "
-            f"device. Use a number of samples that is a multiple of "
+            f"cannot be split evenly over {num_replicas} replicas, and this "
+            "strategy splits every batch in equal parts (mxnet-context, JAX "
+            "over several processes, tf-multi-worker). Use a number of "
+            "samples that is a multiple of "
             f"{num_replicas}, such as {keep} (x[:{keep}], y[:{keep}])."
         )
 

@@ -10,7 +10,8 @@ class DeviceRequestError(AgnosticError, ValueError):
 
 
 class BatchSplitError(AgnosticError, ValueError):
-    """A batch cannot be split evenly over the replicas."""
+    """A batch cannot be split evenly over the replicas of a strategy that
+    splits every batch in equal parts."""
 
 
 class EngineUnavailableError(AgnosticError, ImportError):

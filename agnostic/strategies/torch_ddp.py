@@ -169,16 +169,14 @@ def _average_gradients(model, world_size, multi_device=False, optimizers=(), by_
     def test_step(original):
         def run(*args, **kwargs):
             data = args[0] if args else kwargs.get("data")
-            return steps.counted(lambda: original(*args, **kwargs), data)
+            return steps.counted(lambda: original(*args, **kwargs), data, early=False)
 
         return run
 
     base.wrap_method(model, "train_step", step)
-    trackers = in_place.mean_trackers(model)
-    for tracker in trackers:
+    base.wrap_method(model, "test_step", test_step)
+    for tracker in in_place.mean_trackers(model):
         base.wrap_method(tracker, "update_state", steps.weighted_update)
-    if trackers:  # their test steps count rows too
-        base.wrap_method(model, "test_step", test_step)
     if not by_keras:
         base.wrap_method(model, "forward", steps.forward)
     # A loss-scale optimizer averages before its inner one sees the gradients.
@@ -220,6 +218,7 @@ class GradientSteps:
         self.at_optimizer = 0  # steps averaged when the optimizer got them
         self.rows = None  # this process's rows in this step
         self.counting = None  # the pending sum of every process's rows
+        self.counted_rows = False  # that sum was started in this step
         self.weight = 1.0  # world * rows / every process's rows
         self.scaled = False  # this step's loss carries the weight
         self.in_step = False  # in a train or test step
@@ -250,21 +249,27 @@ class GradientSteps:
             self._warn_if_unaveraged()
         return result
 
-    def counted(self, step, data):
-        """Runs a train or test step, its rows summed over the processes."""
-        self._count_rows(data)
+    def counted(self, step, data, early=True):
+        """Runs a train or test step, its rows summed over the processes:
+        from the start (`early`: a training step's weight is always needed,
+        and the sum then overlaps the forward pass), else when first needed."""
+        self.rows, self.weight = batching.num_samples(data), 1.0
+        self.counting, self.counted_rows = None, False
+        if early:
+            self._count()
         self.in_step = True
         try:
             return step()
         finally:
             self.in_step = False
-            self.share()  # the count is waited for in every step
+            self._wait()  # a sum started in a step ends in it
 
     def weighted_update(self, update_state):
         """A Mean tracker updated in a step with one value and no weight (the
         guides' `loss_tracker.update_state(loss)`) counts it by this
         process's share (world * n_r / n): the mean of the global batches'
-        values, as on one device, not of the processes' means."""
+        values, as on one device, not of the processes' means. Every process
+        makes the same updates, so the sum it needs is taken everywhere."""
         def run(values, sample_weight=None):
             import torch
 
@@ -275,23 +280,28 @@ class GradientSteps:
 
         return run
 
-    def _count_rows(self, data):
+    def _count(self):
         import torch
         import torch.distributed as dist
 
-        self.rows, self.weight = batching.num_samples(data), 1.0
-        if self.rows is not None:  # the same structure, so the same call, everywhere
+        # The same data structure everywhere, so the same call everywhere.
+        if self.rows is not None and not self.counted_rows:
+            self.counted_rows = True
             total = torch.tensor([float(self.rows)])
             self.counting = (dist.all_reduce(total, async_op=True), total)
 
-    def share(self):
-        """This step's weight of this process's gradients: world * n_r / n."""
+    def _wait(self):
         if self.counting is not None:
             work, total = self.counting
             work.wait()
             self.counting = None
             every = float(total[0])
             self.weight = self.world_size * self.rows / every if every else 0.0
+
+    def share(self):
+        """This step's weight of this process's gradients: world * n_r / n."""
+        self._count()
+        self._wait()
         return self.weight
 
     def scale(self, loss):

@@ -130,7 +130,7 @@ def check_call(method, function, num_replicas, args, kwargs):
     if method == "fit" and given.get("steps_per_epoch") is None:
         split = given.get("validation_split") or 0.0
         if samples is not None and split:
-            train = int(math.ceil(samples * (1.0 - split)))
+            train = int(math.floor(samples * (1.0 - split)))  # as Keras cuts it
             check_split("fit (training part of validation_split)", train,
                         batch_size, num_replicas)
             check_split("fit (validation_split part)", samples - train,

@@ -176,7 +176,7 @@ def split_validation(x, y, kwargs, split):
     """validation_split, done before sharding as Keras does it on one device."""
 
     samples = batching.num_samples(x)
-    cut = int(math.ceil(samples * (1.0 - split)))
+    cut = int(math.floor(samples * (1.0 - split)))  # as Keras cuts it
     head, tail = range(0, cut), range(cut, samples)
     weights = kwargs.get("sample_weight")
     validation = (take(x, list(tail)), take(y, list(tail)))

@@ -183,9 +183,10 @@ def test_batches_of_any_size_train_like_one_device(batch, rows, replicas, tmp_pa
     plain, agnostic = run_both("odd_batches", tmp_path, env=env, both=True)
     assert agnostic["devices_used"] == int(replicas)
     assert_same_training(plain, agnostic)
-    for key, values in plain["from_dataset"].items():
-        np.testing.assert_allclose(agnostic["from_dataset"][key], values, rtol=1e-5,
-                                   atol=1e-6, err_msg=key)
+    for fit in ("from_dataset", "from_split"):
+        for key, values in plain[fit].items():
+            np.testing.assert_allclose(agnostic[fit][key], values, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{fit}: {key}")
     for expected, actual in zip(plain["on_batch"], agnostic["on_batch"]):
         for key, value in expected.items():
             np.testing.assert_allclose(actual[key], value, rtol=1e-5, atol=1e-6, err_msg=key)

@@ -2,7 +2,8 @@
 divide by the devices (PROGRAM_BATCH: 33, 17, 1) over a number of rows that
 leaves a short last batch (PROGRAM_ROWS, default 1,001), through fit with
 validation_data, a keras.io-style PyDataset whose batches are just as odd,
-evaluate, predict on 7 rows with the default batch, and train_on_batch,
+a validation_split with class weights, evaluate, predict on 7 rows with
+the default batch, and train_on_batch,
 test_on_batch and predict_on_batch on a few rows. The model normalises its
 batches (BatchNormalization), so each share of a batch must count as one
 device counts it."""
@@ -50,11 +51,15 @@ model = compile(model, optimizer=keras.optimizers.SGD(0.05, momentum=0.5),
 history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
                     validation_data=(x[:validation], y[:validation]))
 from_dataset = model.fit(Rows(x, y, BATCH), epochs=1, shuffle=False, verbose=0)
+# Keras cuts validation_split at floor(rows * 0.77): 770 of 1,001 for training.
+from_split = model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                       validation_split=0.23, class_weight={0: 1.0, 1: 2.0})
 evaluation = model.evaluate(x, y, batch_size=BATCH, verbose=0)
 trained = model.train_on_batch(x[:5], y[:5], return_dict=True)
 tested = model.test_on_batch(x[:3], y[:3], return_dict=True)
 finish(model, history, evaluation,
        from_dataset=from_dataset.history,
+       from_split=from_split.history,
        on_batch=[trained, tested],
        predictions=model.predict(x[:7], verbose=0),
        on_batch_predictions=model.predict_on_batch(x[:3]))

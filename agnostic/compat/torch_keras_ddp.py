@@ -26,10 +26,14 @@ def keras_is_data_parallel(model):
 def keras_averages_gradients(model):
     """Whether Keras averages the gradients of `model`'s training steps: its
     own wrapper, and the model's class keeps Keras's train_step."""
+    return keras_is_data_parallel(model) and not has_own_train_step(model)
+
+
+def has_own_train_step(model):
+    """Whether `model`'s class has a train_step of its own, not Keras's."""
     import keras
 
-    return keras_is_data_parallel(model) and \
-        getattr(type(model), "train_step") is getattr(keras.Model, "train_step")
+    return getattr(type(model), "train_step") is not getattr(keras.Model, "train_step")
 
 
 def parallel_forward(model, bucket_mb, multi_device=False):

@@ -231,7 +231,11 @@ class GradientSteps:
                 if self.parallel is None and self.whole:
                     self.parallel = torch_keras_ddp.parallel_forward(
                         self.model, BUCKET_MB, self.multi_device)
-                    self.parallel.register_comm_hook(self, _weighted_mean)
+                    if torch_keras_ddp.has_own_train_step(self.model):
+                        # Keras's own step weights its loss (scale): the
+                        # default averaging serves it; a step of the
+                        # program's own has its gradients weighted here.
+                        self.parallel.register_comm_hook(self, _weighted_mean)
                 if self.parallel is not None:
                     self.forwards += 1
                     return self.parallel(*args, **kwargs)

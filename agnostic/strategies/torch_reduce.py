@@ -1,7 +1,7 @@
 """Summing torch tensors across processes, for torch-ddp: the initial
 weights, the metrics' states and the moving batch statistics, in buckets (one
 collective per bucket, not per tensor). Gradients go through torch's
-DistributedDataParallel instead (strategies.torch_ddp).
+DistributedDataParallel instead (strategies.torch_gradients).
 """
 BUCKET_BYTES = 25 * 1024 * 1024
 

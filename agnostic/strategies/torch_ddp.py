@@ -190,7 +190,7 @@ def _global_step_logs(model):
     def wrapper(step):
         def run(*args, **kwargs):
             logs = step(*args, **kwargs)
-            rows = batching.num_samples(args[0] if args else kwargs.get("data"))
+            rows = batching.num_samples(torch_gradients.step_data(args, kwargs))
             names = {metric.name for metric in model.metrics}
             if not isinstance(logs, dict) or set(logs) == names:
                 return logs  # Keras reads the metrics themselves

@@ -16,6 +16,11 @@ logger = logging.getLogger("agnostic")
 BUCKET_MB = 25
 
 
+def step_data(args, kwargs):
+    """The batch a train_step or test_step call was given."""
+    return args[0] if args else kwargs.get("data")
+
+
 def average(model, world_size, multi_device=False, optimizers=(), by_keras=False):
     """Each training step's gradients averaged over the processes: torch's
     DistributedDataParallel while backward runs, when the step calls the
@@ -28,7 +33,7 @@ def average(model, world_size, multi_device=False, optimizers=(), by_keras=False
 
     def step(train_step):
         def run(*args, **kwargs):
-            data = args[0] if args else kwargs.get("data")
+            data = step_data(args, kwargs)
             return steps.run(lambda: train_step(*args, **kwargs), data)
 
         return run
@@ -48,7 +53,7 @@ def average(model, world_size, multi_device=False, optimizers=(), by_keras=False
 
     def test_step(original):
         def run(*args, **kwargs):
-            data = args[0] if args else kwargs.get("data")
+            data = step_data(args, kwargs)
             return steps.counted(lambda: original(*args, **kwargs), data, early=False)
 
         return run
@@ -251,7 +256,7 @@ def empty_shares(model):
     takes its step with losses of 0 (compat.torch_empty_share)."""
     def wrapper(step):
         def run(*args, **kwargs):
-            rows = batching.num_samples(args[0] if args else kwargs.get("data"))
+            rows = batching.num_samples(step_data(args, kwargs))
             with torch_empty_share.when(rows == 0):
                 return step(*args, **kwargs)
 

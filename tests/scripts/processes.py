@@ -165,11 +165,12 @@ def gradients(x, y, model, rank):
 
 
 def who_averaged(expected, model):
-    steps = vars(model).get("_agnostic_gradients")
-    if steps is None:  # Keras 3.16's own train_step: its own wrapper
-        parallel, at_optimizer = vars(model)["ddp_model"], 0
-    else:
-        parallel, at_optimizer = steps.parallel, steps.at_optimizer
+    from agnostic.compat import torch_keras_ddp
+
+    steps = vars(model)["_agnostic_gradients"]
+    parallel, at_optimizer = steps.parallel, steps.at_optimizer
+    if torch_keras_ddp.keras_averages_gradients(model):  # Keras 3.16's own wrapper
+        parallel = vars(model)["ddp_model"]
     return {
         "difference": models.relative_difference(expected.get_weights(), model.get_weights()),
         "parallel": type(parallel).__name__,

@@ -21,6 +21,8 @@ from agnostic.errors import (
     ModelCopyError,
     NotSupportedError,
     PlacementWarning,
+    PreemptedWarning,
+    PreemptionSettingError,
     SingleDeviceWarning,
     UnaveragedGradientsWarning,
     UnsupportedInputError,
@@ -43,6 +45,8 @@ __all__ = [
     "NotSupportedError",
     "Plan",
     "PlacementWarning",
+    "PreemptedWarning",
+    "PreemptionSettingError",
     "SingleDeviceWarning",
     "UnaveragedGradientsWarning",
     "UnsupportedInputError",
@@ -54,11 +58,11 @@ __all__ = [
 ]
 
 
-if _startup.started_by_site():
-    # The .pth file imports agnostic as Python starts, in every process with
-    # a job's variables. The program's own use is its first name taken from
-    # agnostic, which may come later: a Ray worker sets TF_CONFIG in the
-    # running process, before the user's function imports agnostic.
+if _startup.started_by_hook():
+    # The start-up hook imports agnostic as the engine is imported, in a
+    # program that names agnostic. The program's own use is its first name
+    # taken from agnostic, which may come after it has set a job's variables
+    # (as Ray sets TF_CONFIG in a running worker): install again then.
     _PUBLIC = {name: globals().pop(name) for name in __all__}
 
     def __getattr__(name):

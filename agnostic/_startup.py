@@ -1,24 +1,36 @@
-"""Engine set-up that must happen as the engine is imported, before the
-script builds a model:
+"""Engine set-up that must happen before the engine's runtime starts:
 
 - AGNOSTIC_CPU_DEVICES=N: split the host CPU into N devices (TensorFlow, JAX);
 - a job of several processes (agnostic.cluster: torchrun, SLURM, mpirun,
   Kubeflow, TF_CONFIG, Keras's variables...): torch pins this process's GPU,
   JAX joins its processes (jax.distributed.initialize), TensorFlow makes the
-  workers' MultiWorkerMirroredStrategy, which it allows only before it starts.
+  workers' MultiWorkerMirroredStrategy.
 
-A user's script may import the engine first, so `install()` puts a hook on the
-import of each engine. The package's .pth file calls it at interpreter start
-when one of those variables is set; `import agnostic` calls it too.
+Before the runtime starts, not before the engine is imported: TensorFlow
+2.21 accepts logical devices and MultiWorkerMirroredStrategy after `import
+tensorflow` or `import keras`, and JAX accepts jax_num_cpu_devices and
+jax.distributed.initialize after `import jax` or `import keras`; both refuse
+once anything has run (a layer built, an op, jax.devices()). So `install()`,
+which `import agnostic` calls, sets up an engine already imported, and puts
+a hook on the import of the others.
 
-Schedulers set their variables in every process they start, whether it
-trains with agnostic or not: a job joins only in a program that uses agnostic
-(its main script names it, or it imported agnostic itself), or with
-AGNOSTIC_JOIN=1; AGNOSTIC_JOIN=0 never joins.
+That serves a script that imports agnostic before it builds anything. A
+script that builds its model first and imports agnostic at the compile line
+needs the set-up as the engine is imported: the start-up hook does that
+(_agnostic_hook, run by the package's .pth file when one of agnostic's or a
+scheduler's variables is set). It reads no value and imports nothing as
+Python starts; at the first engine import it imports agnostic only in a
+program whose main script, `-m` module or `-c` code imports agnostic, or
+with AGNOSTIC_JOIN=1. Any other program (a data-preparation script under
+srun, a plain TensorFlow program in a TFJob pod) runs as without agnostic.
+
+A job is joined by a program that uses agnostic (its main script names it,
+or it imported agnostic itself), or with AGNOSTIC_JOIN=1; AGNOSTIC_JOIN=0
+never joins. A wrong variable is ignored here and raised, with the whole
+message, by resolve() and backend_agnostic_compile.
 """
 import importlib.abc
 import os
-import re
 import signal
 import sys
 import time
@@ -27,6 +39,12 @@ import warnings
 from agnostic import cluster as cluster_lib
 from agnostic import devices as devices_lib
 from agnostic import errors
+from agnostic.cluster import listen
+
+try:  # installed: beside the package (pyproject.toml); in a source checkout: in it
+    import _agnostic_hook as start_hook
+except ImportError:
+    from agnostic import _agnostic_hook as start_hook
 
 
 # The TensorFlow workers' strategy, made as TensorFlow is imported: the
@@ -82,15 +100,26 @@ def _join_tensorflow(tf, environment):
     except errors.LaunchError as error:
         TF_WORKERS["error"] = error
         return
-    # The engine waits, without limit, until every worker has started.
+    # The engine waits, without limit, until every worker has started: at
+    # the bound, the workers whose servers do not answer are named.
     seconds = join_seconds()
-    watchdog = _watchdog(seconds, (
-        f"agnostic: TensorFlow worker {environment.rank} of {len(workers)} did not "
-        f"reach every worker ({', '.join(workers)}, from {environment.name}) within "
-        f"{seconds} s, so nothing was trained. Start every worker (or use `agnostic "
-        "launch`, which starts them together), check the addresses and that their "
-        f"ports are open, or set {JOIN_VARIABLE} to wait longer."
-    ))
+    others = listen.resolved([a for r, a in enumerate(workers) if r != environment.rank])
+
+    def message():
+        missing = listen.unreachable(others)
+        named = ", ".join(f"worker {workers.index(a)} at {a}" for a in missing[:20])
+        return (
+            f"agnostic: TensorFlow worker {environment.rank} of {len(workers)} (from "
+            f"{environment.name}) did not reach every worker within {seconds} s, so "
+            "nothing was trained. " + (
+                f"Not answering: {named}{', ...' if len(missing) > 20 else ''}. "
+                if missing else f"Every worker's port answers ({', '.join(workers)}), but "
+                "not every worker joined. ") +
+            "Start every worker (or use `agnostic launch`, which starts them together), "
+            f"check the addresses and that their ports are open, or set {JOIN_VARIABLE} "
+            "to wait longer.")
+
+    watchdog = _watchdog(seconds, message)
     try:
         # Every process is a worker, the chief first: a TFJob's chief too.
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -125,13 +154,19 @@ def worker_addresses(environment):
             "start the processes with `agnostic launch`, torchrun or srun."
         )
     port = environment.engine_port
-    return [f"{host}:{port + rank}" for rank, host in enumerate(hosts)]
+    if port + len(hosts) - 1 > cluster_lib.HIGHEST_PORT:
+        raise errors.LaunchError(
+            f"TensorFlow's {len(hosts)} workers take one port each from {port}, which "
+            f"runs past {cluster_lib.HIGHEST_PORT}. Choose a lower MASTER_PORT. Received: "
+            f"MASTER_PORT={environment.port} ({environment.name})")
+    return [listen.host_port(host, port + rank) for rank, host in enumerate(hosts)]
 
 
 def _watchdog(seconds, message):
     """A process that ends this one after `seconds`, saying why, unless
     stopped first. The engine waits inside its runtime holding the
-    interpreter, where no thread or signal handler of ours would run."""
+    interpreter, where no thread or signal handler of ours would run.
+    `message`: text, or a function giving it then (it may probe peers)."""
     if not hasattr(os, "fork"):
         return None
     parent = os.getpid()
@@ -141,6 +176,11 @@ def _watchdog(seconds, message):
     try:  # the child: only calls that need no lock another thread may hold
         time.sleep(seconds)
         if os.getppid() == parent:
+            if callable(message):
+                try:
+                    message = message()
+                except Exception as error:  # the process ends all the same
+                    message = f"agnostic: the join timed out ({error})"
             os.write(2, message.encode() + b"\n")
             os.kill(parent, signal.SIGKILL)
     finally:
@@ -163,32 +203,66 @@ def _join_jax(jax, environment):
     # keras.distribution.initialize would make them. Arguments, not JAX's own
     # detection: under SLURM it would give each process one device, while one
     # process per node should drive all of the node's.
+    # JAX aborts the process when its own bound passes, without naming
+    # anyone: a watchdog ends it first, saying who is missing where it can.
+    # Process 0's coordinator listens on the job's address (cluster.listen),
+    # unless JAX_COORDINATOR_BIND_ADDRESS (JAX's own variable) says where.
+    import inspect
+
     if jax.distributed.is_initialized():
         return
     local_devices = None
     if environment.local_world_size > 1:
         local_devices = [environment.local_rank]  # several processes per node
-    jax.distributed.initialize(
-        coordinator_address=f"{environment.coordinator}:{environment.engine_port}",
-        num_processes=environment.world_size, process_id=environment.rank,
-        local_device_ids=local_devices, initialization_timeout=join_seconds(),
-    )
+    seconds, size, rank = join_seconds(), environment.world_size, environment.rank
+    coordinator = listen.host_port(environment.coordinator, environment.engine_port)
+    options = {}
+    if rank == 0 and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS") and \
+            "coordinator_bind_address" in inspect.signature(jax.distributed.initialize).parameters:
+        options["coordinator_bind_address"] = listen.host_port(
+            listen.local_address(environment.coordinator, "the coordinator's address"),
+            environment.engine_port)
+    reach = listen.resolved([coordinator])
+
+    def message():
+        if rank == 0:
+            who = ("process 1 did not arrive" if size == 2 else
+                   f"some of processes 1 to {size - 1} did not arrive (JAX does not say which)")
+        elif listen.unreachable(reach):
+            who = f"process 0's coordinator at {coordinator} does not answer: process 0 is missing"
+        else:
+            who = (f"process 0's coordinator at {coordinator} answers, but not all of "
+                   f"the {size} processes joined it")
+        return (f"agnostic: JAX process {rank} of {size} (from {environment.name}) waited "
+                f"{seconds} s for the others, so nothing was trained: {who}. Start every "
+                "process, check the address and that the port is open between the "
+                f"machines, or set {JOIN_VARIABLE} to wait longer.")
+
+    watchdog = _watchdog(seconds, message)
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator, num_processes=size, process_id=rank,
+            local_device_ids=local_devices, initialization_timeout=seconds + 10, **options)
+    finally:
+        _stop(watchdog)
 
 
 def _pin_torch(torch, environment):
     # Keras on torch puts variables on the current CUDA device: this process's.
+    # One visible GPU: the scheduler gave it to this process; several: the
+    # local rank's. A local rank past them is left to torch-ddp to refuse.
     if not torch.cuda.is_available():
         return
-    count = torch.cuda.device_count()
-    if count == 1:  # the scheduler gave each process its own GPU
-        torch.cuda.set_device(0)
-    elif environment.local_rank < count:
-        torch.cuda.set_device(environment.local_rank)
+    try:
+        index = devices_lib.cuda_index(environment, torch.cuda.device_count())
+    except errors.LaunchError:
+        return
+    torch.cuda.set_device(index)
 
 
 SPLITTERS = {"tensorflow": _split_tensorflow, "jax": _split_jax}
 JOINERS = {"tensorflow": _join_tensorflow, "jax": _join_jax, "torch": _pin_torch}
-# Set when a program imports agnostic itself (not the .pth at start-up).
+# Set when a program imports agnostic itself (not the start-up hook).
 IMPORTED = {}
 
 
@@ -199,9 +273,10 @@ def _apply(name, module, count):
         except (RuntimeError, ValueError) as error:
             warnings.warn(
                 f"{devices_lib.CPU_DEVICES_VARIABLE}={count} could not split the "
-                f"CPU for {name}: its runtime had already started ({error}). Set "
-                "the variable before Python starts, with agnostic installed, so "
-                "the split happens as the engine is imported.",
+                f"CPU for {name}: its runtime had already started ({error}). Import "
+                "agnostic in the main script (agnostic, installed with pip, then "
+                "splits the CPU as the engine is imported), or before the program "
+                "runs anything on the engine.",
                 errors.CpuDevicesWarning,
                 stacklevel=2,
             )
@@ -218,45 +293,42 @@ def job():
     are wrong: resolve() raises that error with the whole message)."""
     try:
         return cluster_lib.job()
-    except errors.AgnosticError:
+    except Exception:  # not only AgnosticError: whatever a bad value raises
         return None
 
 
 def joins(environment):
     """Whether this process joins `environment`'s job as its engine starts."""
+    if start_hook.in_a_child_process():  # a data loader's worker, say
+        return False
     chosen = os.environ.get(JOIN_FLAG, "").strip()
     if chosen in ("0", "1"):
         return chosen == "1"
-    return environment.requested or bool(IMPORTED) or main_names_agnostic()
+    # Variables meant for this very process (TF_CONFIG, RANK/WORLD_SIZE) are
+    # also set for every process of a TFJob pod or a launcher's: a program
+    # that never uses agnostic is left alone whatever the environment.
+    return bool(IMPORTED) or main_names_agnostic()
 
 
 def main_names_agnostic():
     """Whether the program that runs (a script, `-m module` or `-c code`)
     imports agnostic: read from its source, since it may import the engine
     before agnostic."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    try:
-        if path:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                source = handle.read()
-        else:
-            source = " ".join(getattr(sys, "orig_argv", sys.argv))
-    except OSError:
-        return False
-    return re.search(r"\b(from|import)\s+agnostic\b", source) is not None
+    return start_hook.names_agnostic()
 
 
-def started_by_site():
-    """Whether agnostic is being imported by the .pth file at interpreter
-    start (Python's site module), rather than by the program."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        # Python 3.11 freezes site ("<frozen site>"): ask the frame's module.
-        if frame.f_code.co_name == "addpackage" and frame.f_globals.get("__name__") == "site":
-            return True
-        frame = frame.f_back
-    return False
+def started_by_hook():
+    """Whether agnostic is being imported by the start-up hook, as an engine
+    is imported, rather than by the program itself."""
+    return bool(getattr(sys.modules.get("_agnostic_hook"), "IMPORTING", None))
+
+
+def engine_spec(name, path=None, target=None):
+    """The start-up hook's answer as engine `name` is imported: its module
+    spec with agnostic's set-up run after it executes, or None when agnostic
+    sets nothing up for it."""
+    hook = next((f for f in sys.meta_path if isinstance(f, _AfterImport)), None)
+    return None if hook is None else hook.find_spec(name, path, target)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -293,7 +365,7 @@ def _wanted():
     values = {}
     try:
         count = devices_lib.requested_cpu_devices()
-    except errors.DeviceRequestError:
+    except errors.AgnosticError:
         count = 0  # resolve() raises it with the full message
     if count >= 2:
         values.update((name, count) for name in SPLITTERS)

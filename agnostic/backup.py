@@ -8,11 +8,17 @@ weights file written atomically, then a small JSON file naming it, also
 replaced atomically; only then are older weights files removed. Whenever the
 process dies, the JSON names a complete weights file.
 
-With several processes only the chief reads the backup at the start of fit:
-machines need not share a disk. It sends the epoch and the weights file's
-bytes to every process through the engine's collectives (the model's
-`share`, see agnostic/collectives.py), and every process loads those same
-bytes, so all resume at the chief's epoch with its weights and optimizer state.
+With several processes every one reads its own folder at the start of fit:
+machines need not share a disk, and a node may come back under another rank.
+The process holding the newest backup sends its weights file's bytes to every
+other through the engine's collectives (agnostic/restore.py), and every
+process loads those same bytes, so all resume at the same epoch with the same
+weights and optimizer state.
+
+A backup records its epoch and step: one written inside an epoch (save_freq
+a number of batches, or a preempting signal: agnostic/preemption.py, which
+writes one at the step every process stopped after) resumes after that step,
+fit skipping the batches it had trained (agnostic/compat/fit_resume.py).
 """
 import glob
 import json
@@ -20,10 +26,10 @@ import os
 import shutil
 import tempfile
 
-from agnostic import checkpoints, collectives, errors
+from agnostic import checkpoints, collectives, errors, preemption, restore
 from agnostic.compat import keras_fit
 
-POINTER = "agnostic_backup.json"
+POINTER = restore.POINTER  # the small file naming the newest backup
 
 
 def _callback_class():
@@ -39,28 +45,23 @@ def _callback_class():
             self.is_chief = is_chief
             self._epoch = 0
             self._batches = 0
+            self._resumed = (0, 0)  # (epoch, batch) the backup restored was at
+            self._found = restore.NOTHING  # what on_train_begin found (restore.py)
 
         def on_train_begin(self, logs=None):
-            share = collectives.of(self.model)
-            if share is None:  # one process, or every one reads the same disk
-                backup = _read(self.backup_dir, with_weights=False)
-            else:
-                backup = share(_read(self.backup_dir, with_weights=True)
-                               if self.is_chief else None)
-            if backup is None:
+            # The newest backup any process holds, on every one (restore.py).
+            self._found = found = restore.newest(self.backup_dir, collectives.of(self.model))
+            if found.state is None:
                 return
-            if "error" in backup:  # raised on every process, not the chief alone
-                raise errors.CheckpointError(backup["error"])
-            state = backup["state"]
-            if self.is_chief or share is None:
-                self._restore(state, os.path.join(self.backup_dir, state["weights"]))
+            if found.path is not None:
+                self._restore(found.state, found.path)
                 return
             folder = tempfile.mkdtemp(prefix="agnostic-restore-")
-            try:  # Keras loads weights from a path only: the chief's bytes, here
-                path = os.path.join(folder, state["weights"])
+            try:  # Keras loads weights from a path only: the source's bytes, here
+                path = os.path.join(folder, found.state["weights"])
                 with open(path, "wb") as handle:
-                    handle.write(backup["weights"])
-                self._restore(state, path)
+                    handle.write(found.data)
+                self._restore(found.state, path)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
 
@@ -73,15 +74,28 @@ def _callback_class():
             self.model.load_weights(weights)  # checked: names a broken file
             self._epoch = state["epoch"]
             keras_fit.resume_at(self.model, state["epoch"])
+            # A backup inside an epoch: its first batches are not trained again.
+            self._resumed = (state["epoch"], state.get("batch", 0))
+            watch = preemption.current()
+            if watch is not None:
+                watch.skip = state.get("batch", 0)
 
         def on_epoch_begin(self, epoch, logs=None):
             self._epoch = epoch
 
         def on_epoch_end(self, epoch, logs=None):
-            if self.save_freq == "epoch":
+            if self.save_freq == "epoch" and not preemption.stopping():
                 self._save(epoch + 1, 0)
 
         def on_train_batch_end(self, batch, logs=None):
+            if (self._epoch, batch + 1) <= self._resumed:
+                return  # a batch the backup had trained, skipped by fit
+            if preemption.stopping():  # every process stops after this step
+                steps = (self.params or {}).get("steps")
+                self._save(*((self._epoch + 1, 0) if steps == batch + 1
+                             else (self._epoch, batch + 1)))
+                preemption.current().saved = True
+                return
             if isinstance(self.save_freq, int) and self.save_freq > 0:
                 self._batches += 1
                 if self._batches % self.save_freq == 0:
@@ -103,30 +117,13 @@ def _callback_class():
                     os.remove(old)
 
         def on_train_end(self, logs=None):
-            if self.delete_checkpoint and self.is_chief:
-                shutil.rmtree(self.backup_dir, ignore_errors=True)
+            if self.delete_checkpoint and not preemption.stopping():
+                restore.forget(self.backup_dir, collectives.of(self.model), self._found,
+                               self.is_chief)
+                if self.is_chief:
+                    shutil.rmtree(self.backup_dir, ignore_errors=True)
 
     return AtomicBackupAndRestore
-
-
-def _read(backup_dir, with_weights):
-    """The backup in `backup_dir`: its state (and its weights file's bytes);
-    None when there is none; {"error": message} when it is broken."""
-    pointer = os.path.join(backup_dir, POINTER)
-    if not os.path.exists(pointer):
-        return None
-    try:
-        checkpoints.check_file(pointer)
-        with open(pointer) as handle:
-            state = json.load(handle)
-        weights = os.path.join(backup_dir, state["weights"])
-        checkpoints.check_file(weights)
-        if not with_weights:
-            return {"state": state}
-        with open(weights, "rb") as handle:
-            return {"state": state, "weights": handle.read()}
-    except errors.CheckpointError as error:
-        return {"error": str(error)}
 
 
 def _write_json(path, state):

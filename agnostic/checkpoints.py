@@ -6,14 +6,25 @@ to a temporary file in the same folder, flush it to disk and rename it over
 the target (atomic on POSIX), and only the chief process writes at all.
 """
 import functools
-import glob
+import hashlib
 import json
 import os
+import re
+import secrets
+import socket
+import threading
+import time
 import zipfile
 
 from agnostic import errors
 
-TEMPORARY = ".agnostic-{pid}-{name}"
+# A writer's temporary file: its host, process and thread, and a random part,
+# so that no two writers, here or on other machines sharing the folder, ever
+# use the same name; the target's name last, whose ending Keras reads.
+TEMPORARY = ".agnostic-{host}-{pid}-{thread}-{token}-{name}"
+# A temporary file of another machine whose writer cannot be asked is a
+# left-over only when nothing has written to it for this long.
+STALE_SECONDS = 24 * 3600
 
 
 def _is_local(path):
@@ -38,27 +49,86 @@ def _fsync_folder(folder):
         os.close(descriptor)
 
 
+@functools.lru_cache(maxsize=None)
+def _host():
+    """This machine, as its process ids are seen: the host name and the pid
+    namespace (containers sharing a host name have their own), hashed short."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()} {namespace}".encode()).hexdigest()[:8]
+
+
+def _temporary(folder, name):
+    return os.path.join(folder, TEMPORARY.format(
+        host=_host(), pid=os.getpid(), thread=threading.get_native_id(),
+        token=secrets.token_hex(4), name=name))
+
+
+def _writer_gone(host, pid, thread):
+    """Whether the writer of a temporary file provably no longer writes."""
+    if host != _host():
+        return False
+    if pid == os.getpid():
+        return thread not in {t.native_id for t in threading.enumerate()}
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def _remove_left_overs(folder, name):
+    """Removes the temporary files of `name` that no writer will finish: those
+    of dead writers on this machine, and any untouched for STALE_SECONDS."""
+    pattern = re.compile(r"\.agnostic-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{8}-" + re.escape(name) + "$")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for other in names:
+        found = pattern.match(other)
+        if not found:
+            continue
+        path = os.path.join(folder, other)
+        try:
+            old = time.time() - os.stat(path).st_mtime > STALE_SECONDS
+            if old or _writer_gone(found.group(1), int(found.group(2)), int(found.group(3))):
+                os.remove(path)
+        except OSError:  # removed meanwhile by its writer, or not ours to remove
+            pass
+
+
 def replace_atomically(path, write):
     """Calls write(temporary_path), then renames the result over `path`.
 
-    The temporary name keeps `path`'s ending, which Keras reads the format
-    from. Left-overs of writes that were killed are removed first.
+    The temporary name is this writer's own and keeps `path`'s ending, which
+    Keras reads the format from. Left-overs of writes that were killed are
+    removed first; others' writes in progress are left alone, and the last
+    rename wins. A write that fails (a full disk) removes its temporary file,
+    leaves the previous `path` as it was, and raises CheckpointError.
     """
     path = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(path))
-    for stale in glob.glob(os.path.join(folder, TEMPORARY.format(pid="*", name=name))):
-        try:
-            os.remove(stale)
-        except OSError:
-            pass
-    temporary = os.path.join(folder, TEMPORARY.format(pid=os.getpid(), name=name))
+    _remove_left_overs(folder, name)
+    temporary = _temporary(folder, name)
     try:
         result = write(temporary)
         _fsync(temporary)
         os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
+    except BaseException as error:
+        try:
             os.remove(temporary)
+        except OSError:
+            pass
+        if isinstance(error, OSError) and not isinstance(error, errors.CheckpointError):
+            raise errors.CheckpointError(
+                f"Could not write {path}: {error}. The previous {path}, if any, is "
+                "unchanged. Free space on its disk (or fix the cause) and save again."
+            ) from error
         raise
     _fsync_folder(folder)
     return result

@@ -83,9 +83,10 @@ def main(argv=None):
 LAUNCH_EXAMPLES = """examples:
   agnostic launch --nproc-per-node auto train.py --epochs 10
   agnostic launch --standalone --nproc-per-node 2 -m mypkg.train --lr 0.1
-  # two nodes, this command on each with its own --node-rank:
+  # two nodes: a secret both can read, then this command on each with its own --node-rank:
+  (umask 077; python -c 'import secrets; print(secrets.token_hex(32))' > ~/.agnostic-job-secret)
   agnostic launch --nproc-per-node 4 --nnodes 2 --node-rank 0 \\
-      --master-addr 10.0.0.1 --master-port 29400 train.py
+      --master-addr 10.0.0.1 --master-port 29400 --secret-file ~/.agnostic-job-secret train.py
 """
 
 
@@ -122,6 +123,16 @@ def _add_launch(commands):
     launch.add_argument("--standalone", action="store_true",
                         help="a single node, its master on 127.0.0.1 at a free port, "
                              "so that several runs can share a machine (default: off)")
+    launch.add_argument("--secret-file", "--secret_file", dest="secret_file", metavar="PATH",
+                        help="with --nnodes > 1: a file only you can read (chmod 600) "
+                             "holding the job's secret, the same on every node; the "
+                             "launchers prove it to each other (default: "
+                             "AGNOSTIC_JOB_SECRET_FILE, else AGNOSTIC_JOB_SECRET)")
+    launch.add_argument("--listen-addr", "--listen_addr", dest="listen_addr",
+                        metavar="ADDRESS",
+                        help="node 0 only: the address its launcher listens on; 0.0.0.0 "
+                             "is every interface, only for a network you trust (default: "
+                             "the master address)")
     launch.add_argument("-m", "--module", action="store_true",
                         help="SCRIPT is a module name, run as `python -m SCRIPT` "
                              "(default: off, SCRIPT is a file)")
@@ -141,7 +152,9 @@ def _launch(arguments):
             arguments.nproc_per_node, arguments.nnodes, arguments.node_rank,
             arguments.master, arguments.master_addr, arguments.master_port,
             arguments.standalone)
-        return nodes.run(command, checked)
+        given = {name: getattr(arguments, name) for name in ("secret_file", "listen_addr")
+                 if getattr(arguments, name) is not None}
+        return nodes.run(command, checked, **given)
     except errors.LaunchError as error:
         print(f"agnostic launch: {error}", file=sys.stderr)
         return 2

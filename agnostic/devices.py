@@ -27,8 +27,9 @@ class DeviceListing:
     process_id: int = 0
 
 
-def requested_cpu_devices(environ=None):
-    """The N of AGNOSTIC_CPU_DEVICES=N, or 0 when it is unset."""
+def requested_cpu_devices(environ=None, warn=False):
+    """The N of AGNOSTIC_CPU_DEVICES=N, or 0 when it is unset. `warn`: say
+    (once) when N is far more than this process's cores (PAST_CORES times)."""
     environ = os.environ if environ is None else environ
     raw = environ.get(CPU_DEVICES_VARIABLE, "").strip()
     if not raw:
@@ -43,7 +44,59 @@ def requested_cpu_devices(environ=None):
             f"1 or more, such as {CPU_DEVICES_VARIABLE}=4. Received: "
             f"{CPU_DEVICES_VARIABLE}={raw!r}"
         )
+    if warn:
+        _warn_past_cores(value)
     return value
+
+
+_WARNED = set()
+# A few devices per core is the usual test of a many-device program on a
+# small machine (this project's CI runs 4 on 2 cores); past this many per
+# core the cost is said.
+PAST_CORES = 4
+
+
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _warn_past_cores(count):
+    """Far more CPU devices than cores is allowed (a test of a many-device
+    program on a laptop); said once per process, with its cost."""
+    import warnings
+
+    cores = _cores()
+    if count <= PAST_CORES * cores or count in _WARNED:
+        return
+    _WARNED.add(count)
+    warnings.warn(
+        f"{CPU_DEVICES_VARIABLE}={count} asks for more than {PAST_CORES} CPU devices per "
+        f"core: this process may use {cores} core(s). It works: each device gets a thread of its own "
+        f"(with torch, a process of its own, holding the engine and a copy of the "
+        f"model), and they take turns on the cores, so training is no faster than on "
+        f"{cores} device(s) and takes more memory and switching. Set "
+        f"{CPU_DEVICES_VARIABLE}={cores} or fewer unless you are testing a many-device "
+        "program.",
+        errors.CpuDevicesWarning, stacklevel=3)
+
+
+def cuda_index(environment, count):
+    """The CUDA device this process of `environment` (a cluster.Environment)
+    takes among the `count` it sees: its own when the scheduler gave it one
+    (count 1), else its local rank. LaunchError when that GPU does not exist."""
+    if count == 1:
+        return 0
+    if not 0 <= environment.local_rank < count:
+        raise errors.LaunchError(
+            f"This process is local rank {environment.local_rank} on its node "
+            f"({environment.name}), which sees {count} CUDA GPU(s): it would take GPU "
+            f"{environment.local_rank}, which does not exist. Start at most {count} "
+            "processes per node, or give each process its own GPU (CUDA_VISIBLE_DEVICES, "
+            "srun --gpus-per-task=1).")
+    return environment.local_rank
 
 
 # The engines Keras can run on (keras-mxnet: mxnet).

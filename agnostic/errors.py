@@ -46,7 +46,8 @@ class UnsupportedInputError(AgnosticError, ValueError):
 
 
 class CheckpointError(AgnosticError, OSError):
-    """A checkpoint file is missing, truncated or corrupt."""
+    """A checkpoint file is missing, truncated or corrupt, or could not be
+    written (the previous one is then left as it was)."""
 
 
 class NotSupportedError(AgnosticError, NotImplementedError):
@@ -60,3 +61,12 @@ class UntestedVersionWarning(UserWarning):
 class PlacementWarning(UserWarning):
     """The model's agnostic.device() placements do not run exactly as
     written on this engine (said with what runs instead)."""
+
+
+class PreemptionSettingError(AgnosticError, ValueError):
+    """AGNOSTIC_PREEMPT_SIGNAL or AGNOSTIC_EXIT_SECONDS holds a value agnostic
+    cannot use."""
+
+
+class PreemptedWarning(UserWarning):
+    """Training stopped on a preempting signal with nothing saved to resume from."""

@@ -15,6 +15,8 @@ A call of the returned model's `fit` runs, top to bottom:
    every process restores the chief's);
 5. scope: Keras's fit runs in the engine's scope (JAX: the model's own
    distribution, as several may coexist);
+6. preemption: SIGTERM (or AGNOSTIC_PREEMPT_SIGNAL) stops fit after a step
+   every process agrees on, the backup written there (agnostic/preemption.py);
 
 The model is the program's own (agnostic trains it in place, see
 agnostic/in_place.py): nothing is copied back after fit.
@@ -28,8 +30,9 @@ own data, every process predicts everything: no split to check); `train_on_batch
 `save`, `save_weights` and `export` write atomically on the chief only, each
 followed by a barrier across processes; `load_weights` names a broken file.
 """
-from agnostic import backup, batching, checkpoints, collectives, sharding
+from agnostic import backup, batching, checkpoints, collectives, preemption, sharding
 from agnostic.compat import jax_on_batch, keras_fit
+from agnostic.launch import local
 from agnostic.strategies import base
 
 
@@ -71,7 +74,14 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
             if given.get("callbacks"):
                 given["callbacks"] = backup.swap_callbacks(given["callbacks"],
                                                            processes.is_chief)
-            with enter():
+            if not preemption.supported() or \
+                    not isinstance(given.get("callbacks") or [], (list, tuple)):
+                # Keras 2.2 (MXNet), or a CallbackList of the program's own: left alone
+                with enter():
+                    return original(**given)
+            watch = preemption.Watch(processes.world, processes.is_chief, local.forward)
+            given["callbacks"] = watch.callbacks(given.get("callbacks"))
+            with enter(), watch:
                 return original(**given)
 
         return run

@@ -117,7 +117,7 @@ def resolve(gpus=None, cpu_relocation=False, model=None):
     """
     check_gpus_type(gpus)
     # A bad value of a variable agnostic reads: its error, before anything.
-    devices_lib.requested_cpu_devices()
+    devices_lib.requested_cpu_devices(warn=True)
     _startup.check_variables()
     backend = devices_lib.current_backend()
     job = cluster.job(backend)

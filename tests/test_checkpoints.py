@@ -1,7 +1,10 @@
 """Saving and resuming, shared by every engine: unchanged Keras callbacks on
 several devices, files a plain single-device Keras loads, runs killed with
 SIGKILL that resume exactly, and broken files named in the error."""
+import json
 import os
+import re
+import socket
 import subprocess
 import sys
 
@@ -122,3 +125,86 @@ if KERAS3:  # Keras 2.2 (keras-mxnet) has no BackupAndRestore
         # so the rerun trains epochs 2 and 3: four in all, as asked.
         assert '"epochs": [2, 3]' in again.stdout
         assert models.relative_difference(final_weights(whole), final_weights(broken)) < 1e-5
+
+
+
+FULL_DISK = """
+import json, os, resource, signal, sys
+import keras, numpy
+import agnostic
+from tests import models
+
+folder = sys.argv[1]
+model = agnostic.backend_agnostic_compile(models.build(keras), optimizer="sgd",
+                                          gpus=1, loss="mse")
+whole, part = models.model_file(keras, folder, "whole"), os.path.join(folder, "part.weights.h5")
+model.save(whole)
+model.save_weights(part)
+numpy.savez(os.path.join(folder, "good.npz"), *model.get_weights())
+model.set_weights([w + 1.0 for w in model.get_weights()])
+# A file size limit below the files' size: each write fails with EFBIG, as a
+# full disk fails with ENOSPC (the signal ignored so that the write returns it).
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(part) // 2, resource.RLIM_INFINITY))
+try:
+    model.save(whole)
+except agnostic.CheckpointError as error:
+    print(json.dumps({"error": str(error), "files": sorted(os.listdir(folder))}), flush=True)
+# HDF5 may end the process when its last flush fails (SIGSEGV, h5py 3.x):
+# the previous file must survive that too.
+model.save_weights(part)
+"""
+
+THEN_LOAD = """
+import json, os, sys
+import keras, numpy
+import agnostic
+from tests import models
+
+folder = sys.argv[1]
+good = numpy.load(os.path.join(folder, "good.npz"))
+good = [good[f"arr_{i}"] for i in range(len(good.files))]
+model = agnostic.backend_agnostic_compile(models.build(keras, seed_value=2), optimizer="sgd",
+                                          gpus=1, loss="mse")
+model.load_weights(os.path.join(folder, "part.weights.h5"))
+loaded = [agnostic.load_model(models.model_file(keras, folder, "whole")).get_weights(),
+          model.get_weights()]
+model.save_weights(os.path.join(folder, "part.weights.h5"))  # removes a dead writer's file
+print(json.dumps({"differences": [max(float(abs(a - b).max()) for a, b in zip(good, weights))
+                                  for weights in loaded],
+                  "files": sorted(os.listdir(folder))}))
+"""
+
+
+if KERAS3:  # the file names below are Keras 3's
+
+    def test_a_full_disk_names_the_file_and_keeps_the_last_good_one(tmp_path):
+        failed = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=300)
+        full = json.loads(failed.stdout.strip().splitlines()[0])
+        whole = models.model_file(keras, tmp_path, "whole")
+        assert full["error"].startswith(f"Could not write {whole}: ")
+        assert "File too large" in full["error"] and "is unchanged" in full["error"]
+        assert full["files"] == sorted([os.path.basename(whole), "good.npz", "part.weights.h5"])
+        assert failed.returncode != 0  # the weights' write failed too, one way or the other
+        result = run_python(THEN_LOAD.replace("sys.argv[1]", repr(str(tmp_path))))
+        assert result["differences"] == [0.0, 0.0]  # the old weights, whole
+        assert result["files"] == full["files"]
+
+
+if KERAS3:
+
+    def test_a_backup_that_cannot_be_read_stops_fit_naming_its_host_and_folder(tmp_path):
+        x, y = models.data()
+        folder = str(tmp_path / "backup")
+        model = agnostic.backend_agnostic_compile(models.build(keras), optimizer="sgd",
+                                                  gpus=1, **models.COMPILE)
+        backup = keras.callbacks.BackupAndRestore(folder, delete_checkpoint=False)
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[backup])
+        weights = [name for name in os.listdir(folder) if name.endswith(".weights.h5")]
+        with open(os.path.join(folder, weights[0]), "r+b") as handle:
+            handle.truncate(100)
+        with pytest.raises(agnostic.CheckpointError,
+                           match=re.escape(f"The backup in {folder} on host "
+                                           f"{socket.gethostname()} (process 0) may be the newest")):
+            model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[backup])

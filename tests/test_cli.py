@@ -144,6 +144,8 @@ LAUNCH_DEFAULTS = {
     "--master-port PORT, --master_port PORT": "29400",
     "--master HOST:PORT": "not set",
     "--standalone": "off",
+    "--secret-file PATH, --secret_file PATH": "AGNOSTIC_JOB_SECRET_FILE, else AGNOSTIC_JOB_SECRET",
+    "--listen-addr ADDRESS, --listen_addr ADDRESS": "the master address",
     "-m, --module": "off, SCRIPT is a file",
 }
 

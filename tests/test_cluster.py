@@ -1,7 +1,10 @@
 """The cluster-environment layer: each scheduler's variables, exactly as the
 scheduler sets them, read into the same answers. No engine needed."""
 import json
+import os
 import sys
+
+import warnings
 
 import pytest
 
@@ -142,7 +145,7 @@ def test_tf_config_roles_agnostic_cannot_train_are_refused():
               "task": {"type": "ps", "index": 0}}
     with pytest.raises(errors.LaunchError, match="parameter servers and evaluators"):
         cluster.detect({"TF_CONFIG": json.dumps(config)})
-    with pytest.raises(errors.LaunchError, match="TF_CONFIG must be JSON"):
+    with pytest.raises(errors.LaunchError, match="TF_CONFIG is not JSON"):
         cluster.detect({"TF_CONFIG": "{not json"})
 
 
@@ -173,7 +176,7 @@ def test_keras_distribution_variables():
 @pytest.mark.parametrize("environ, message", [
     ({"RANK": "one", "WORLD_SIZE": "2"}, "RANK must be a whole number of at least 0. "
                                          "Received: RANK='one'"),
-    ({"RANK": "2", "WORLD_SIZE": "2"}, "Received: rank=2, processes=2"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "Received: RANK=2"),
     (dict(srun_task(), SLURM_PROCID="-1"), "SLURM_PROCID must be a whole number"),
     ({"KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_JOB_ADDRESSES": "nohost"},
      "must start with the coordinator's HOST:PORT"),
@@ -199,7 +202,8 @@ def test_tensorflow_workers_get_one_port_each():
     ("slurm", None, "import keras\n", False),  # srun's other programs stay out
     ("slurm", None, "import keras\nfrom agnostic import backend_agnostic_compile\n", True),
     ("slurm", "1", "import keras\n", True),
-    ("tf-config", None, "import keras\n", True),  # set for this very process
+    ("tf-config", None, "import keras\n", False),  # a TFJob pod's plain programs too
+    ("tf-config", None, "import keras\nimport agnostic\n", True),
     ("tf-config", "0", "import agnostic\n", False),
 ])
 def test_a_scheduler_job_is_joined_only_by_programs_that_use_agnostic(
@@ -217,3 +221,225 @@ def test_a_scheduler_job_is_joined_only_by_programs_that_use_agnostic(
     else:
         monkeypatch.setenv("AGNOSTIC_JOIN", flag)
     assert _startup.joins(cluster.Environment(name, 2, 0)) is joins
+
+
+# Each launcher's own variables, as it sets them in the third process of a
+# node running two (or the second), and the GPU that process takes among the
+# node's four. The GPU count is the one thing made up: no GPU exists here.
+def launch_process():
+    from agnostic.launch import nodes, rendezvous
+
+    two_nodes = rendezvous.Cluster((rendezvous.Node(0, "10.0.0.1", (2222, 2223)),
+                                    rendezvous.Node(1, "10.0.0.2", (2222, 2223))))
+    return nodes.environment(two_nodes, 1, 1, "10.0.0.1", 29400)
+
+
+LAUNCHERS = {
+    # agnostic's own (launch/local.py): rank 0 starts ranks 1..N-1.
+    "agnostic": lambda: {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2",
+                         "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                         "MASTER_PORT": "41234", "PYTHONWARNINGS": "ignore"},
+    "agnostic launch": launch_process,
+    # torchrun --nnodes 2 --nproc-per-node 2 (torch 2.13's agent), node 1's second.
+    "torchrun": lambda: {"TORCHELASTIC_RUN_ID": "none", "RANK": "3", "WORLD_SIZE": "4",
+                         "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+                         "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "ROLE_WORLD_SIZE": "4",
+                         "ROLE_NAME": "default", "MASTER_ADDR": "10.0.0.1",
+                         "MASTER_PORT": "29400", "TORCHELASTIC_RESTART_COUNT": "0",
+                         "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True",
+                         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
+    # srun -N2 -n4: block distribution, task 3 is node 1's second.
+    "slurm": lambda: dict(srun_task(rank=3, tasks=4, per_node="2(x2)"),
+                          SLURM_NODEID="1", SLURM_LOCALID="1", SLURM_GTIDS="2,3"),
+    "openmpi": lambda: mpirun_process(3, size=4, local_size=2),
+    # Ray Train's torch workers (Ray 2.x sets these before the train function).
+    "ray": lambda: {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                    "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1",
+                    "MASTER_PORT": "29500"},
+    "lsf": lambda: {"LSB_JOBID": "12", "JSM_NAMESPACE_SIZE": "4", "JSM_NAMESPACE_RANK": "3",
+                    "JSM_NAMESPACE_LOCAL_RANK": "1", "JSM_NAMESPACE_LOCAL_SIZE": "2"},
+    # Kubeflow TFJob with two workers in one pod's host (two containers).
+    "kubeflow tfjob": lambda: {"TF_CONFIG": json.dumps({
+        "cluster": {"worker": ["pod-0:2222", "pod-0:2223"]},
+        "task": {"type": "worker", "index": 1}})},
+}
+# (environment name, local rank, GPU of four taken); Kubeflow's PyTorchJob
+# and JAXJob run one process per pod: local rank 0.
+EXPECTED = {
+    "agnostic": ("rank-variables", 1), "agnostic launch": ("agnostic-launch", 1),
+    "torchrun": ("torchrun", 1), "slurm": ("slurm", 1), "openmpi": ("openmpi", 1),
+    "ray": ("rank-variables", 1), "lsf": ("lsf", 1), "kubeflow tfjob": ("tf-config", 1),
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_the_local_rank_is_right_under_every_launcher(launcher):
+    from agnostic import devices
+
+    found = cluster.detect(LAUNCHERS[launcher]())
+    assert (found.name, found.local_rank) == EXPECTED[launcher]
+    # On a node with four GPUs each local rank takes its own; with one GPU
+    # visible (the scheduler gave each process its own) that one.
+    assert devices.cuda_index(found, 4) == 1
+    assert devices.cuda_index(found, 1) == 0
+    # Two processes on a node whose CUDA_VISIBLE_DEVICES shows each two GPUs:
+    # local rank 1 takes cuda:1; a third (local rank 2) would have none.
+    assert devices.cuda_index(found, 2) == 1
+    with pytest.raises(errors.LaunchError, match="local rank 2 on its node .* sees 2 CUDA"):
+        devices.cuda_index(cluster.Environment(found.name, 4, 3, local_rank=2), 2)
+
+
+def test_kubeflow_one_process_per_pod_is_local_rank_0():
+    pytorchjob = cluster.detect({"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
+                                 "WORLD_SIZE": "3", "RANK": "2", "PYTHONUNBUFFERED": "1"})
+    jaxjob = cluster.detect({"COORDINATOR_ADDRESS": "job-worker-0", "COORDINATOR_PORT": "6666",
+                             "NUM_PROCESSES": "2", "PROCESS_ID": "1"})
+    assert (pytorchjob.local_rank, jaxjob.local_rank) == (0, 0)
+
+
+def test_agnostic_launch_is_its_own_environment_with_its_ports():
+    found = cluster.detect(launch_process())
+    # Node 1's second process of 2 x 2; torch's store at PORT+1, JAX at PORT+2.
+    assert (found.rank, found.world_size, found.node_rank, found.local_world_size) == (3, 4, 1, 2)
+    assert (found.coordinator, found.port, found.engine_port) == ("10.0.0.1", 29401, 29402)
+    assert found.hosts == ("10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2")
+    assert found.requested
+
+
+def test_pin_torch_takes_the_local_rank_gpu(monkeypatch):
+    # Only the CUDA device count (and availability) is made up here: a
+    # machine with GPUs cannot exist in this test environment.
+    torch = pytest.importorskip("torch") if os.environ.get("KERAS_BACKEND") == "torch" \
+        else pytest.skip("torch's own tox environment runs this")
+    from agnostic import _startup
+
+    taken = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", taken.append)
+    for launcher in sorted(LAUNCHERS):
+        _startup._pin_torch(torch, cluster.detect(LAUNCHERS[launcher]()))
+    assert taken == [1] * len(LAUNCHERS)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    _startup._pin_torch(torch, cluster.detect(LAUNCHERS["slurm"]()))
+    assert taken[-1] == 0
+
+
+def srun_with(**variables):
+    return dict(srun_task(), **variables)
+
+
+def tf_config(value):
+    return {"TF_CONFIG": value if isinstance(value, str) else json.dumps(value)}
+
+
+WORKERS = {"worker": ["a:1", "b:1"]}
+BAD_VALUES = [
+    # SLURM host lists and counts
+    (srun_with(SLURM_STEP_NODELIST="n[1-"), "SLURM_STEP_NODELIST", "'n[1-'"),
+    (srun_with(SLURM_STEP_NODELIST=""), "SLURM_STEP_NODELIST", "''"),
+    (srun_with(SLURM_STEP_NODELIST="n[1-2"), "SLURM_STEP_NODELIST", "'n[1-2'"),
+    (srun_with(SLURM_STEP_NODELIST="n[a-b]"), "SLURM_STEP_NODELIST", "'n[a-b]'"),
+    (srun_with(SLURM_STEP_NODELIST="n[3-1]"), "SLURM_STEP_NODELIST", "'n[3-1]'"),
+    (srun_with(SLURM_STEP_NODELIST=",,,"), "SLURM_STEP_NODELIST", "',,,'"),
+    (srun_with(SLURM_STEP_NODELIST="n[0-20000000]"), "SLURM_STEP_NODELIST", "n[0-20000000]"),
+    (srun_with(SLURM_STEP_NODELIST="n[1,]"), "SLURM_STEP_NODELIST", "'n[1,]'"),
+    (srun_with(SLURM_STEP_NODELIST="n]1["), "SLURM_STEP_NODELIST", "'n]1['"),
+    (srun_with(SLURM_STEP_TASKS_PER_NODE="2(x"), "SLURM_STEP_TASKS_PER_NODE", "'2(x'"),
+    (srun_with(SLURM_STEP_TASKS_PER_NODE="a,b"), "SLURM_STEP_TASKS_PER_NODE", "'a,b'"),
+    (srun_with(SLURM_LOCALID="x"), "SLURM_LOCALID", "'x'"),
+    (srun_with(SLURM_JOB_ID="-3"), "SLURM_JOB_ID", "'-3'"),
+    # ports
+    (srun_with(MASTER_PORT="99999"), "MASTER_PORT", "'99999'"),
+    (srun_with(MASTER_PORT="0"), "MASTER_PORT", "'0'"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "99999"}, "MASTER_PORT", "'99999'"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "http"}, "MASTER_PORT", "'http'"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": ""}, "MASTER_ADDR", "''"),
+    (dict(LAUNCHERS["torchrun"](), MASTER_PORT="65535"), "MASTER_PORT", "'65535'"),
+    (dict(LAUNCHERS["torchrun"](), LOCAL_RANK="2"), "LOCAL_RANK", "LOCAL_RANK=2"),
+    ({"COORDINATOR_ADDRESS": "w-0", "NUM_PROCESSES": "2", "PROCESS_ID": "0",
+      "COORDINATOR_PORT": "70000"}, "COORDINATOR_PORT", "'70000'"),
+    ({"COORDINATOR_ADDRESS": " ", "NUM_PROCESSES": "2", "PROCESS_ID": "0"},
+     "COORDINATOR_ADDRESS", "' '"),
+    ({"KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+      "KERAS_DISTRIBUTION_JOB_ADDRESSES": "h:99999"}, "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+     "'h:99999'"),
+    (dict(mpirun_process(1), OMPI_COMM_WORLD_LOCAL_RANK="5"), "OMPI_COMM_WORLD_LOCAL_RANK",
+     "=5"),
+    (dict(mpirun_process(3, size=4, local_size=2), OMPI_MCA_orte_hnp_uri="garbage"),
+     "OMPI_MCA_orte_hnp_uri", "'garbage'"),
+    # TF_CONFIG
+    (tf_config("{not json"), "TF_CONFIG", "{not json"),
+    (tf_config([1, 2]), "TF_CONFIG", "[1, 2]"),
+    (tf_config({"task": {"type": "worker", "index": 0}}), "TF_CONFIG", '"task"'),
+    (tf_config({"cluster": {"worker": "a:1"}, "task": {"type": "worker", "index": 0}}),
+     "TF_CONFIG", '"a:1"'),
+    (tf_config({"cluster": WORKERS, "task": {"type": "worker", "index": 2}}),
+     "TF_CONFIG", '"index": 2'),
+    (tf_config({"cluster": WORKERS, "task": {"type": "worker", "index": "one"}}),
+     "TF_CONFIG", '"one"'),
+    (tf_config({"cluster": WORKERS, "task": {"type": "trainer", "index": 0}}),
+     "TF_CONFIG", '"trainer"'),
+    (tf_config({"cluster": {"worker": ["a", "b:1"]}, "task": {"type": "worker", "index": 0}}),
+     "TF_CONFIG", '"a"'),
+    (tf_config({"cluster": {"worker": ["a:99999"]}, "task": {"type": "worker", "index": 0}}),
+     "TF_CONFIG", "a:99999"),
+    (tf_config({"cluster": [], "task": []}), "TF_CONFIG", '"cluster": []'),
+    (tf_config({"cluster": WORKERS, "task": "worker"}), "TF_CONFIG", '"task": "worker"'),
+    (tf_config({"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}),
+     "TF_CONFIG", '"worker": []'),
+    (tf_config({"cluster": {"worker": [1, 2]}, "task": {"type": "worker", "index": 0}}),
+     "TF_CONFIG", "[1, 2]"),
+    # agnostic launch's own
+    (dict(launch_process(), AGNOSTIC_LAUNCH_NODE_RANK="x"), "AGNOSTIC_LAUNCH_NODE_RANK", "'x'"),
+    (dict(launch_process(), MASTER_PORT="65535"), "MASTER_PORT", "'65535'"),
+]
+
+
+@pytest.mark.parametrize("environ, variable, value", BAD_VALUES,
+                         ids=[f"{v}={s}"[:60] for _, v, s in BAD_VALUES])
+def test_every_bad_value_is_a_launch_error_naming_the_variable_and_value(
+        environ, variable, value):
+    with pytest.raises(errors.LaunchError) as raised:
+        cluster.detect(environ)
+    message = str(raised.value)
+    assert f"Received: {variable}" in message or f"{variable}=" in message, message
+    assert value in message, message
+
+
+def test_a_long_host_list_is_counted_not_expanded():
+    import time
+
+    began = time.perf_counter()
+    found = cluster.detect(srun_with(SLURM_STEP_NODELIST="n[00001-99999],m[1]",
+                                     SLURM_STEP_TASKS_PER_NODE="1(x100000)",
+                                     SLURM_STEP_NUM_TASKS="100000", SLURM_NTASKS="100000"))
+    assert time.perf_counter() - began < 0.05  # no list of 100,000 names at start-up
+    assert (found.coordinator, len(found.hosts)) == ("n00001", 100000)
+    assert found.hosts[99999] == "m1" and found.hosts[1] == "n00002"
+
+
+@pytest.mark.parametrize("nodelist, hosts", [
+    ("n[1-3,5],m[01-02]", ["n1", "n2", "n3", "n5", "m01", "m02"]),
+    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+    ("gpu[098-101]", ["gpu098", "gpu099", "gpu100", "gpu101"]),
+    ("a,b[7],c", ["a", "b7", "c"]),
+])
+def test_slurm_host_list_syntax(nodelist, hosts):
+    assert slurm.expand_nodelist(nodelist) == hosts
+
+
+def test_more_cpu_devices_than_cores_is_allowed_with_a_warning(monkeypatch):
+    from agnostic import devices
+
+    monkeypatch.setattr(devices, "_WARNED", set())
+    monkeypatch.setenv("AGNOSTIC_CPU_DEVICES", str(devices.PAST_CORES * devices._cores() + 1))
+    # resolve() asks with warn=True: said once, in the program that uses agnostic.
+    with pytest.warns(errors.CpuDevicesWarning, match="more than 4 CPU devices per core"):
+        assert devices.requested_cpu_devices(warn=True) == devices.PAST_CORES * devices._cores() + 1
+    # A few per core (a many-device program tested on a small machine): nothing said.
+    monkeypatch.setattr(devices, "_WARNED", set())
+    monkeypatch.setenv("AGNOSTIC_CPU_DEVICES", str(devices.PAST_CORES * devices._cores()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        devices.requested_cpu_devices(warn=True)

@@ -72,6 +72,8 @@ def test_rank_zero_must_use_the_first_gpu():
 # process starts. Both "nodes" are this machine.
 from agnostic.launch import nodes, rendezvous, settings  # noqa: E402
 
+SECRET = b"a job secret for the tests"
+
 
 @pytest.mark.parametrize("nproc, nnodes, rank, message", [
     (1, 2, 2, r"--node-rank 2 is out of range for --nnodes 2: use 0 to 1"),
@@ -94,7 +96,7 @@ def test_unreachable_master_is_reported(monkeypatch):
     port = local.free_port()  # nobody listens there
     began = time.monotonic()
     with pytest.raises(errors.LaunchError, match=f"Cannot reach the master 127.0.0.1:{port}"):
-        rendezvous.Member("127.0.0.1", port, 1, 2, 1)
+        rendezvous.Member("127.0.0.1", port, 1, 2, 1, SECRET)
     assert time.monotonic() - began < 60
 
 
@@ -104,36 +106,35 @@ def test_master_port_in_use_is_reported():
         taken.listen(1)
         port = taken.getsockname()[1]
         with pytest.raises(errors.LaunchError, match=f"cannot listen on the master port {port}"):
-            rendezvous.Leader("127.0.0.1", port, 2, 1)
+            rendezvous.Leader("127.0.0.1", port, 2, 1, SECRET)
 
 
 def test_a_node_that_never_joins_is_named(monkeypatch):
     monkeypatch.setattr(rendezvous, "JOIN_SECONDS", 1)
-    leader = rendezvous.Leader("127.0.0.1", local.free_port(), 3, 1)
+    leader = rendezvous.Leader("127.0.0.1", local.free_port(), 3, 1, SECRET)
     with pytest.raises(errors.LaunchError, match=r"Node\(s\) \[1, 2\] did not join within 1 s"):
         leader.gather()
 
 
 def test_nodes_that_disagree_are_refused():
     port = local.free_port()
-    leader = rendezvous.Leader("127.0.0.1", port, 2, 1)
+    leader = rendezvous.Leader("127.0.0.1", port, 2, 1, SECRET)
     failures = []
     thread = threading.Thread(target=lambda: _gather(leader, failures))
     thread.start()
-    member = rendezvous.Member("127.0.0.1", port, 1, 2, 4)
     with pytest.raises(errors.LaunchError, match=r"--nproc-per-node 4, but node 0 .* 1"):
-        member.gather()
+        rendezvous.Member("127.0.0.1", port, 1, 2, 4, SECRET).gather()
     thread.join(10)
     assert "Start every node with the same numbers" in failures[0]
 
 
 def test_nodes_that_agree_get_the_whole_cluster():
     port = local.free_port()
-    leader = rendezvous.Leader("127.0.0.1", port, 2, 2)
+    leader = rendezvous.Leader("127.0.0.1", port, 2, 2, SECRET)
     clusters = []
     thread = threading.Thread(target=lambda: clusters.append(leader.gather()))
     thread.start()
-    cluster = rendezvous.Member("127.0.0.1", port, 1, 2, 2).gather()
+    cluster = rendezvous.Member("127.0.0.1", port, 1, 2, 2, SECRET).gather()
     thread.join(10)
     assert cluster == clusters[0]
     assert cluster.world_size == 4 and cluster.first_rank(1) == 2

@@ -28,7 +28,8 @@ BOUND_SECONDS = 60
 
 def start_node(rank, port, script, *arguments, **variables):
     env = dict(os.environ, AGNOSTIC_CPU_DEVICES=str(DEVICES_PER_NODE),
-               AGNOSTIC_TEST_REPLICAS=str(REPLICAS), **variables)
+               AGNOSTIC_TEST_REPLICAS=str(REPLICAS),
+               AGNOSTIC_JOB_SECRET="the two test nodes' job secret", **variables)
     command = [sys.executable, "-m", "agnostic", "launch", "--nproc-per-node", "1",
                "--nnodes", "2", "--node-rank", str(rank), "--master", f"127.0.0.1:{port}",
                script] + [str(a) for a in arguments]

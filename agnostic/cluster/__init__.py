@@ -10,13 +10,14 @@ import dataclasses
 import importlib
 import os
 import sys
-from typing import Optional, Tuple
+from typing import Optional, Sequence
 
 from agnostic import errors
 
 # Explicit variables first (they also override what a scheduler says), then
 # the schedulers, as Lightning and JAX order theirs.
 ORDER = (
+    "agnostic.cluster.agnostic_launch",  # sets torch's, TF's and Keras's variables too
     "agnostic.cluster.torchrun",
     "agnostic.cluster.keras_variables",
     "agnostic.cluster.tf_config",
@@ -30,7 +31,7 @@ ORDER = (
 # (set for it by hand, by agnostic, by TensorFlow's or Keras's conventions).
 # The others are schedulers: every process they start has their variables,
 # whether it trains with agnostic or not.
-REQUESTED = ("keras-distribution", "tf-config", "rank-variables")
+REQUESTED = ("agnostic-launch", "keras-distribution", "tf-config", "rank-variables")
 # A coordinator port the same on every process of a job, from the job's id,
 # where the scheduler names none.
 PORT_BASE = 15000
@@ -50,8 +51,9 @@ class Environment:
     port: Optional[int] = None
     started_by_scheduler: bool = True  # False: agnostic starts the processes
     local_world_size: int = 1  # processes on this node
-    # Every process's host, in rank order, where the scheduler says it.
-    hosts: Optional[Tuple[str, ...]] = None
+    # Every process's host, in rank order, where the scheduler says it (a
+    # sequence; SLURM's is made on first use).
+    hosts: Optional[Sequence[str]] = None
     # The launcher's own store listens on `port` (torchrun's agent): torch
     # joins it there, the other engines' coordinators take the ports after it.
     port_taken: bool = False
@@ -114,11 +116,47 @@ def whole_number(environ, name, default=None, least=0):
     return value
 
 
+def port_number(environ, name, default=None, after=0):
+    """`environ[name]` as a TCP port, 1 to 65535 - `after` (the ports the
+    job takes after it), or a LaunchError naming the variable and value."""
+    raw = environ.get(name)
+    if (raw is None or raw == "") and default is not None:
+        return default
+    highest = HIGHEST_PORT - after
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = 0
+    if not 0 < value <= highest:
+        taken = f" (the job also takes the {after} port(s) after it)" if after else ""
+        raise errors.LaunchError(
+            f"{name} must be a free TCP port, from 1 to {highest}{taken}, such as "
+            f"{name}=29500. Received: {name}={raw!r}"
+        )
+    return value
+
+
+HIGHEST_PORT = 65535
+
+
 def job_port(environ, job_id):
     """MASTER_PORT when set, else a port derived from the job's id."""
     if environ.get("MASTER_PORT"):
-        return whole_number(environ, "MASTER_PORT", least=1)
+        return port_number(environ, "MASTER_PORT")
     return PORT_BASE + job_id % PORT_RANGE
+
+
+def text(environ, name, default=None):
+    """`environ[name]`, a host name or address: not empty or blank."""
+    raw = environ.get(name)
+    if raw is None and default is not None:
+        return default
+    if raw is None or not raw.strip() or any(c.isspace() for c in raw.strip()):
+        raise errors.LaunchError(
+            f"{name} must be the coordinator's host name or address, such as "
+            f"{name}=10.0.0.1. Received: {name}={raw!r}"
+        )
+    return raw.strip()
 
 
 def size_and_rank(environ, size_name, rank_name, rank_default=None):
@@ -132,8 +170,8 @@ def size_and_rank(environ, size_name, rank_name, rank_default=None):
 def check_rank(name, rank, world_size):
     if not 0 <= rank < world_size:
         raise errors.LaunchError(
-            f"{name}: the rank must be between 0 and the number of processes - 1. "
-            f"Received: rank={rank}, processes={world_size}"
+            f"{name} must be a rank from 0 to {world_size - 1}: the job has {world_size} "
+            f"process(es). Received: {name}={rank}"
         )
 
 
@@ -145,5 +183,7 @@ def existing_torch_group(backend):
     if distributed is None or not distributed.is_available() \
             or not distributed.is_initialized():
         return None
+    local_rank = os.environ.get("LOCAL_RANK", "")  # Ray Train sets it
     return Environment("torch.distributed", distributed.get_world_size(),
-                       distributed.get_rank())
+                       distributed.get_rank(),
+                       local_rank=int(local_rank) if local_rank.isdigit() else 0)

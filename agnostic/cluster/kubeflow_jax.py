@@ -9,6 +9,6 @@ def detect(environ):
     world_size, rank = cluster.size_and_rank(environ, "NUM_PROCESSES", "PROCESS_ID")
     return cluster.Environment(
         "kubeflow-jaxjob", world_size, rank, node_rank=rank,
-        coordinator=environ["COORDINATOR_ADDRESS"],
-        port=cluster.whole_number(environ, "COORDINATOR_PORT", default=6666, least=1),
+        coordinator=cluster.text(environ, "COORDINATOR_ADDRESS"),
+        port=cluster.port_number(environ, "COORDINATOR_PORT", default=6666),
     )

@@ -13,9 +13,14 @@ def detect(environ):
         return None
     hosts = _rank_file_hosts(environ.get("LSB_DJOB_RANKFILE"))
     job = cluster.whole_number(environ, "LSB_JOBID", default=0)
+    local_world_size = cluster.whole_number(environ, "JSM_NAMESPACE_LOCAL_SIZE",
+                                            default=1, least=1)
+    local_rank = cluster.whole_number(environ, "JSM_NAMESPACE_LOCAL_RANK", default=0)
+    if "JSM_NAMESPACE_LOCAL_SIZE" in environ:
+        cluster.check_rank("JSM_NAMESPACE_LOCAL_RANK", local_rank, local_world_size)
     return cluster.Environment(
-        "lsf", world_size, rank,
-        local_rank=cluster.whole_number(environ, "JSM_NAMESPACE_LOCAL_RANK", default=0),
+        "lsf", world_size, rank, local_rank=local_rank,
+        local_world_size=max(local_world_size, local_rank + 1),
         coordinator=hosts[0] if hosts else None,
         port=cluster.job_port(environ, job),
         hosts=tuple(hosts) if len(hosts) == world_size else None,

@@ -7,7 +7,7 @@ job. MASTER_ADDR and MASTER_PORT choose them instead.
 """
 import re
 
-from agnostic import cluster
+from agnostic import cluster, errors
 
 LAUNCHER_URI = "OMPI_MCA_orte_hnp_uri"
 
@@ -22,11 +22,19 @@ def detect(environ):
     local_size = cluster.whole_number(environ, "OMPI_COMM_WORLD_LOCAL_SIZE", default=1, least=1)
     one_node = local_size == world_size
     uri = environ.get(LAUNCHER_URI, "")
-    coordinator = environ.get("MASTER_ADDR") or (
+    coordinator = cluster.text(environ, "MASTER_ADDR") if "MASTER_ADDR" in environ else (
         "127.0.0.1" if one_node else launcher_host(uri))
+    if coordinator is None:
+        raise errors.LaunchError(
+            f"This Open MPI job spans several nodes ({world_size} processes, {local_size} "
+            f"on this one), and mpirun's address could not be read from {LAUNCHER_URI}. "
+            f"Received: {LAUNCHER_URI}={uri!r}. Set MASTER_ADDR (rank 0's host) and "
+            "MASTER_PORT with mpirun -x.")
+    local_rank = cluster.whole_number(environ, "OMPI_COMM_WORLD_LOCAL_RANK", default=0)
+    if "OMPI_COMM_WORLD_LOCAL_SIZE" in environ:
+        cluster.check_rank("OMPI_COMM_WORLD_LOCAL_RANK", local_rank, local_size)
     return cluster.Environment(
-        "openmpi", world_size, rank,
-        local_rank=cluster.whole_number(environ, "OMPI_COMM_WORLD_LOCAL_RANK", default=0),
+        "openmpi", world_size, rank, local_rank=local_rank,
         # (OMPI_COMM_WORLD_NODE_RANK counts processes on the node, not nodes.)
         node_rank=rank // local_size,
         coordinator=coordinator, port=_port(environ, uri),

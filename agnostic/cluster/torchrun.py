@@ -19,13 +19,16 @@ def detect(environ):
         return None
     world_size, rank = cluster.size_and_rank(environ, "WORLD_SIZE", "RANK")
     local_world_size = cluster.whole_number(environ, "LOCAL_WORLD_SIZE", default=1, least=1)
-    coordinator = environ.get("MASTER_ADDR", "127.0.0.1")
+    local_rank = cluster.whole_number(environ, "LOCAL_RANK", default=0)
+    if "LOCAL_WORLD_SIZE" in environ:
+        cluster.check_rank("LOCAL_RANK", local_rank, local_world_size)
+    coordinator = cluster.text(environ, "MASTER_ADDR", default="127.0.0.1")
     return cluster.Environment(
-        "torchrun", world_size, rank,
-        local_rank=cluster.whole_number(environ, "LOCAL_RANK", default=0),
+        "torchrun", world_size, rank, local_rank=local_rank,
         node_rank=cluster.whole_number(environ, "GROUP_RANK", default=0),
         coordinator=coordinator,
-        port=cluster.whole_number(environ, "MASTER_PORT", default=29500, least=1),
+        # The agent's store; JAX's coordinator takes the port after it.
+        port=cluster.port_number(environ, "MASTER_PORT", default=29500, after=1),
         local_world_size=local_world_size,
         hosts=(coordinator,) * world_size if local_world_size == world_size else None,
         port_taken=True,

@@ -3,8 +3,11 @@ user's script, as `python train.py` was started, with rank variables set.
 
 The starting process becomes rank 0. It watches its workers: when one fails,
 the others are stopped and rank 0 exits with the failing status; when rank 0
-ends, it waits for them and exits with the first failing status. Workers are
-killed by the kernel if rank 0 dies, so none is left behind.
+ends, it waits for them (AGNOSTIC_EXIT_SECONDS at most, then stops them, which
+is no failure) and exits with the first failing status. Workers are killed by
+the kernel if rank 0 dies, so none is left behind. SIGTERM (and
+AGNOSTIC_PREEMPT_SIGNAL) reaching rank 0 is passed on to the workers, and the
+run is preempted (agnostic/preemption.py): no worker's end counts as a failure.
 """
 import atexit
 import ctypes
@@ -19,15 +22,16 @@ import tempfile
 import threading
 import time
 
-from agnostic import cluster, errors
+from agnostic import cluster, errors, preemption
 from agnostic.launch import failures
 
 logger = logging.getLogger("agnostic")
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 10
 # After rank 0 ends, how long the workers (which run the same script in step
-# with it) may take to end before they are stopped as hung.
+# with it, and may still be writing) may take to end before they are stopped.
 EXIT_WAIT_SECONDS = 120
+EXIT_VARIABLE = "AGNOSTIC_EXIT_SECONDS"
 # After a failure, how long to wait for the others' reports, and how long
 # for an earlier one once a process's own failure is known.
 SETTLE_SECONDS = 15
@@ -103,6 +107,32 @@ def script_command():
     return [sys.executable, os.path.abspath(script)] + sys.argv[1:]
 
 
+def exit_seconds():
+    """How long rank 0 waits for its workers after it ended: AGNOSTIC_EXIT_SECONDS,
+    else EXIT_WAIT_SECONDS; a clear error for a value that is not a number >= 0."""
+    value = os.environ.get(EXIT_VARIABLE, "").strip()
+    if not value:
+        return EXIT_WAIT_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise errors.PreemptionSettingError(
+            f"{EXIT_VARIABLE} must be a number of seconds, 0 or more: how long rank 0 "
+            f"waits for its workers after it ended (default {EXIT_WAIT_SECONDS}). "
+            f"Received: {EXIT_VARIABLE}={value!r}"
+        )
+    return seconds
+
+
+def forward(signum, send=True):
+    """The run is preempted by `signum`: the workers this process started
+    are told (`send`: the signal is passed on to them)."""
+    if _launched:
+        _launched[0].preempt(signum, send)
+
+
 def exit_status(code):
     """A process's status as an exit status: killed by a signal counts as 1."""
     return code if 0 < code < 256 else 1
@@ -145,8 +175,12 @@ class Workers:
         self.group = cluster.Environment(
             "agnostic", world_size, 0, local_rank=local_ranks[0], coordinator="127.0.0.1",
             port=free_port(), started_by_scheduler=False, local_world_size=world_size)
-        self.reports = tempfile.mkdtemp(prefix="agnostic-failures-")
         command = script_command()
+        self.exit_seconds = exit_seconds()
+        preemption.signals()  # a bad AGNOSTIC_PREEMPT_SIGNAL: said before any start
+        self.preempted = 0  # the signal that preempted the run, once one did
+        self._exiting = False  # rank 0 has ended: wait() runs
+        self.reports = tempfile.mkdtemp(prefix="agnostic-failures-")
         self.processes = {}
         for rank in range(1, world_size):
             environment = dict(os.environ)
@@ -169,7 +203,33 @@ class Workers:
         self._finished = set()  # workers killed by a signal after they finished
         self._done = False  # every worker ended well: nothing left to watch
         atexit.register(self.wait)
+        # Outside fit (whose own handler stops at a step), a preempting
+        # signal ends rank 0 through its exit hooks: the workers are told
+        # and waited for, and the reports folder removed.
+        if all(h in (signal.SIG_DFL, None) for h in map(signal.getsignal, preemption.signals())):
+            preemption.handle(self._signalled)
         threading.Thread(target=self._watch, name="agnostic-workers", daemon=True).start()
+
+    def preempt(self, signum, send=True):
+        """The run is preempted by `signum`; `send`: pass it on to the workers."""
+        self.preempted = self.preempted or signum
+        if send:
+            for process in self.processes.values():
+                if process.poll() is None:
+                    try:
+                        process.send_signal(signum)
+                    except OSError:  # ended meanwhile
+                        pass
+
+    def _signalled(self, signum, frame):
+        self.preempt(signum)
+        if not self._exiting:  # else wait() is waiting for the workers already
+            raise SystemExit(preemption.status(signum))
+
+    def _ended_preempted(self, rank):
+        """Whether a worker ended as a preempted process does."""
+        return preemption.is_preempted_status(self.processes[rank].poll(),
+                                              self.preempted)
 
     def record(self, failure):
         """Rank 0's uncaught exception, shown with the others' at exit."""
@@ -253,7 +313,10 @@ class Workers:
 
     def _watch(self):
         while True:
-            if any(self._code(rank) not in (None, 0) for rank in self.processes):
+            # A worker preempted ends after the step every process stops at:
+            # rank 0 stops there too (it may still be writing the backup).
+            if any(self._code(rank) not in (None, 0) and not self._ended_preempted(rank)
+                   for rank in self.processes):
                 with self._ended:
                     if self._done:  # wait() found every worker ended well
                         return
@@ -267,25 +330,28 @@ class Workers:
 
     def wait(self):
         """At rank 0's exit: wait for the workers, exit with their status."""
+        self._exiting = True
         if self._own_failure is not None:
             with self._ended:
                 self._end_in_failure()
-        deadline = time.monotonic() + EXIT_WAIT_SECONDS
+        deadline = time.monotonic() + self.exit_seconds
+        stopped = False
         while any(p.poll() is None for p in self.processes.values()):
             if time.monotonic() > deadline:
-                logger.error(
-                    "agnostic: rank 0 has ended, but worker processes are still "
-                    "running %d s later; stopping them. Every process must run "
-                    "the same calls (fit, evaluate) for the group to stay in step.",
-                    EXIT_WAIT_SECONDS,
-                )
-                self.stop()
-                sys.stderr.flush()
-                shutil.rmtree(self.reports, ignore_errors=True)
-                os._exit(1)
+                # Rank 0 ended well: the workers' late end is no failure.
+                logger.warning(
+                    "agnostic: rank 0 has ended; worker processes %s still running "
+                    "%g s later (%s) are stopped now.",
+                    ", ".join(str(p.pid) for p in self.processes.values() if p.poll() is None),
+                    self.exit_seconds, EXIT_VARIABLE)
+                stopped = True
+                break
             time.sleep(POLL_SECONDS)
         with self._ended:
-            if any(self._code(rank) != 0 for rank in self.processes):
+            if any(self._code(rank) not in (None, 0) and not self._ended_preempted(rank)
+                   for rank in self.processes):
                 self._end_in_failure()
             self._done = True
+        if stopped:
+            self.stop()
         shutil.rmtree(self.reports, ignore_errors=True)

@@ -1,21 +1,39 @@
 """How the launchers of several nodes meet before any process starts.
 
-Node 0's launcher listens on the master port; every other node's launcher
-connects, says who it is and how many processes it runs, and gets back the
-whole cluster: each node's address and its processes' ports. The connections
-stay open for the run: they carry "a worker failed" from any node to all
-nodes, so that every process ends, and a node whose launcher vanishes ends
-the run too. Plain TCP and JSON lines: no engine is involved.
+Node 0's launcher (the leader) listens on the master address; every other
+node's launcher (a member) connects, proves it holds the job's secret, says
+who it is and how many processes it runs, and gets back the whole cluster:
+each node's address and its processes' ports. The connections stay open for
+the run: they carry "a worker failed" from any node to all nodes, so that
+every process ends, and a node whose launcher vanishes ends the run too.
+Plain TCP and JSON lines: no engine is involved.
+
+Every line after a greeting is signed with the job's secret (channel.py).
+Whatever else arrives (garbage, a line without the secret, a connection that
+stays silent) costs that connection and one warning: never the job, a node's
+slot, or more time than the join's bound.
 """
 import dataclasses
-import json
+import errno
+import ipaddress
+import logging
+import os
+import secrets
+import select
 import socket
 import time
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from agnostic import errors
+from agnostic.launch import channel
 
-JOIN_SECONDS = 60
+logger = logging.getLogger("agnostic")
+
+JOIN_SECONDS = 60  # unless AGNOSTIC_JOIN_SECONDS says otherwise
+JOIN_VARIABLE = "AGNOSTIC_JOIN_SECONDS"
+ANSWER_SECONDS = 10  # for a new connection to prove the secret
+MAX_WAITING = 64  # connections still to prove it; the oldest goes first
+CLUSTER_LIMIT = 1 << 24  # bytes in the line that holds the cluster
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +46,8 @@ class Node:
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     nodes: Tuple[Node, ...]
+    # Where node 0 listens (known on node 0 only; not part of the cluster's identity).
+    listen_host: Optional[str] = dataclasses.field(default=None, compare=False)
 
     @property
     def world_size(self):
@@ -53,117 +73,332 @@ def free_ports(count):
             probe.close()
 
 
-def _send(connection, message):
-    connection.sendall((json.dumps(message) + "\n").encode())
+def join_seconds(environ=None):
+    """How long nodes wait for each other: AGNOSTIC_JOIN_SECONDS, else 60."""
+    raw = (os.environ if environ is None else environ).get(JOIN_VARIABLE, "").strip()
+    if not raw:
+        return JOIN_SECONDS
+    if not (raw.isdigit() and int(raw) > 0):
+        raise errors.LaunchError(
+            f"{JOIN_VARIABLE} must be a whole number of seconds, 1 or more (default "
+            f"{JOIN_SECONDS}), such as {JOIN_VARIABLE}=300. Received: {JOIN_VARIABLE}={raw!r}")
+    return int(raw)
 
 
-def _receive(stream):
-    line = stream.readline()
-    if not line:
-        raise ConnectionError("the other side closed the connection")
-    return json.loads(line)
+def _is_address(host):
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def listen_socket(host, port, listen=None, nnodes=2):
+    """The socket node 0 listens on, bound to the job's own address.
+
+    With `listen` (--listen-addr) that address: 0.0.0.0 or :: for every
+    interface, only when asked for. Otherwise the master host itself: an
+    address is used as it is (127.0.0.1 stays loopback); a name is resolved
+    here, and node 0 listens on the first of its addresses that belongs to
+    this machine. A name that resolves to no address of this machine is
+    refused (the other nodes could not reach node 0 there). A name that
+    resolves to a loopback address (as /etc/hosts maps a machine's own name
+    to 127.0.1.1 on Debian) gives a listener other machines cannot reach,
+    which a warning says.
+    """
+    wanted = host if listen is None else listen
+    what = "--master-addr" if listen is None else "--listen-addr"
+    try:
+        found = socket.getaddrinfo(wanted, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as error:
+        raise errors.LaunchError(
+            f"Node 0 cannot resolve {what} {wanted!r} ({error}). Expected this machine's "
+            f"name or address, reachable from every node. Received: {what} {wanted}"
+        ) from error
+    addresses = []
+    for family, kind, protocol, _, address in found:
+        if address in addresses:
+            continue
+        addresses.append(address)
+        listener = socket.socket(family, kind, protocol)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(address)
+        except OSError as error:
+            listener.close()
+            if error.errno == errno.EADDRNOTAVAIL:
+                continue  # not an address of this machine
+            raise errors.LaunchError(
+                f"Node 0 cannot listen on the master port {port} at {address[0]}: "
+                f"{error}. The port is in use or not allowed; pick a free one with "
+                f"--master {host}:PORT on every node."
+            ) from error
+        if (listen is None and nnodes > 1 and not _is_address(host) and host != "localhost"
+                and ipaddress.ip_address(address[0].split("%")[0]).is_loopback):
+            logger.warning(
+                "agnostic launch: --master-addr %s is %s on this machine, a loopback "
+                "address: only this machine can reach node 0 there. Give the address "
+                "the other nodes reach, or --listen-addr.", host, address[0])
+        return listener
+    shown = ", ".join(sorted({a[0] for a in addresses}))
+    raise errors.LaunchError(
+        f"Node 0 cannot listen on {what} {wanted} ({shown}): not an address of this "
+        f"machine. Start node 0 (--node-rank 0) on the machine at {wanted}, or give "
+        "--listen-addr with this machine's address that the other nodes reach "
+        "(0.0.0.0 listens on every interface: only on a network you trust)."
+    )
+
+
+def _peer(address):
+    return f"{address[0]}:{address[1]}"
+
+
+@dataclasses.dataclass
+class _Newcomer:
+    lines: channel.Lines
+    nonce: bytes
+    peer: str
+    host: str
+    until: float
+    link: object = None
 
 
 class Leader:
     """Node 0: waits for the other nodes, then serves the failure channel."""
 
-    def __init__(self, host, port, nnodes, nproc):
-        self.links = []
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self.listener.bind(("", port))
-        except OSError as error:
-            raise errors.LaunchError(
-                f"Node 0 cannot listen on the master port {port}: {error}. The "
-                "port is in use or not allowed; pick a free one with --master "
-                f"{host}:PORT on every node."
-            ) from error
-        self.listener.listen(nnodes)
-        self.nnodes, self.nproc, self.host = nnodes, nproc, host
+    def __init__(self, host, port, nnodes, nproc, secret, listen=None):
+        self.nnodes, self.nproc, self.host, self.secret = nnodes, nproc, host, secret
+        self.links: List[channel.Link] = []
+        self.ranks = {}  # Link -> rank
+        self.listener = listen_socket(host, port, listen, nnodes)
+        self.listen_host = self.listener.getsockname()[0]
+        self.listener.listen(min(nnodes + MAX_WAITING, 1024))
 
     def gather(self):
+        seconds = join_seconds()
+        deadline = time.monotonic() + seconds
         nodes = {0: Node(0, self.host, free_ports(self.nproc))}
-        deadline = time.monotonic() + JOIN_SECONDS
-        while len(nodes) < self.nnodes:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = sorted(set(range(self.nnodes)) - set(nodes))
-                raise errors.LaunchError(
-                    f"Node(s) {missing} did not join within {JOIN_SECONDS} s "
-                    f"(--nnodes {self.nnodes}). Start `agnostic launch` with "
-                    "the same --master on every node, each with its --node-rank."
-                )
-            self.listener.settimeout(left)
+        waiting = {}  # socket -> _Newcomer
+        try:
+            while len(nodes) < self.nnodes:
+                now = time.monotonic()
+                if now >= deadline:
+                    missing = sorted(set(range(self.nnodes)) - set(nodes))
+                    raise errors.LaunchError(
+                        f"Node(s) {missing} did not join within {seconds} s "
+                        f"(--nnodes {self.nnodes}). Start `agnostic launch` with the same "
+                        "--master and job secret on every node, each with its --node-rank."
+                    )
+                for newcomer in [n for n in waiting.values() if n.until <= now]:
+                    self._drop(waiting, newcomer, f"silent for {ANSWER_SECONDS} s")
+                until = min([deadline] + [n.until for n in waiting.values()])
+                watched = [self.listener] + list(waiting) + self.links
+                readable, _, _ = select.select(watched, [], [], max(0.0, until - now))
+                for ready in readable:
+                    if ready is self.listener:
+                        self._accept(waiting, min(deadline, now + ANSWER_SECONDS))
+                    elif ready in waiting:
+                        self._hear(waiting, waiting[ready], nodes)
+                    elif ready in self.ranks:  # not one dropped just now
+                        self._lost(ready, nodes)
+        finally:
+            for newcomer in list(waiting.values()):
+                self._drop(waiting, newcomer, "still silent when the join ended")
+            self.listener.close()
+        cluster = Cluster(tuple(nodes[r] for r in range(self.nnodes)), self.listen_host)
+        message = {"cluster": [dataclasses.asdict(n) for n in cluster.nodes]}
+        for link in self.links:
             try:
-                connection, (address, _) = self.listener.accept()
-            except socket.timeout:
-                continue
-            stream = connection.makefile("r")
-            hello = _receive(stream)
-            problem = self._check(hello, nodes)
-            if problem:
-                _send(connection, {"error": problem})
-                connection.close()
-                raise errors.LaunchError(problem)
-            nodes[hello["node_rank"]] = Node(hello["node_rank"], address, tuple(hello["ports"]))
-            self.links.append((connection, stream))
-        cluster = Cluster(tuple(nodes[r] for r in range(self.nnodes)))
-        for connection, _ in self.links:
-            _send(connection, {"cluster": [dataclasses.asdict(n) for n in cluster.nodes]})
+                link.send(message)
+            except OSError as error:
+                for other in self.links:
+                    other.close()
+                raise errors.LaunchError(
+                    f"Node {self.ranks[link]} ({link.peer}) left as the cluster was sent "
+                    f"({error}); nothing was started. Start every node again.") from error
+        for link in self.links:
+            link.connection.settimeout(ANSWER_SECONDS)  # sends never hang the run
         return cluster
 
-    def _check(self, hello, nodes):
-        if hello.get("nnodes") != self.nnodes or hello.get("nproc") != self.nproc:
+    def _accept(self, waiting, until):
+        try:
+            connection, address = self.listener.accept()
+        except OSError as error:  # the peer gave up already, or no descriptor left
+            logger.warning("agnostic launch: node 0 could not accept a connection: %s", error)
+            return
+        if len(waiting) >= MAX_WAITING:
+            oldest = min(waiting.values(), key=lambda n: n.until)
+            self._drop(waiting, oldest, f"one of more than {MAX_WAITING} connections waiting")
+        nonce = secrets.token_bytes(channel.NONCE_BYTES)
+        try:
+            connection.settimeout(ANSWER_SECONDS)
+            connection.sendall(channel.greeting(nonce))
+        except OSError as error:
+            connection.close()
+            logger.warning("agnostic launch: node 0 dropped a connection from %s: %s.",
+                           _peer(address), error)
+            return
+        waiting[connection] = _Newcomer(channel.Lines(connection), nonce, _peer(address),
+                                        address[0], until)
+
+    def _drop(self, waiting, newcomer, reason):
+        waiting.pop(newcomer.lines.connection, None)
+        newcomer.lines.connection.close()
+        logger.warning("agnostic launch: node 0 dropped a connection from %s that did not "
+                       "prove the job's secret: %s.", newcomer.peer, reason)
+
+    def _hear(self, waiting, newcomer, nodes):
+        try:
+            newcomer.lines.fill()
+            hello = None
+            while hello is None:
+                line = newcomer.lines.take()
+                if line is None:
+                    return
+                if newcomer.link is None:
+                    key = channel.key(self.secret, newcomer.nonce, channel.nonce_of(line))
+                    newcomer.link = channel.Link(newcomer.lines, key, channel.LEADER,
+                                                 newcomer.peer)
+                else:
+                    hello = newcomer.link.open(line)
+        except OSError as error:  # channel.ChannelError too
+            self._drop(waiting, newcomer, error)
+            return
+        # Signed with the job's secret: a launcher of this job said this.
+        waiting.pop(newcomer.lines.connection)
+        link = newcomer.link
+        problem = self._check(hello, nodes, newcomer.peer)
+        if problem:
+            try:
+                link.send({"error": problem})
+            except OSError:
+                pass
+            link.close()
+            raise errors.LaunchError(problem)
+        rank = hello["node_rank"]
+        try:
+            link.send({"joined": rank})
+        except OSError as error:
+            link.close()
+            logger.warning("agnostic launch: node %d (%s) left as it joined: %s",
+                           rank, link.peer, error)
+            return
+        nodes[rank] = Node(rank, newcomer.host, tuple(hello["ports"]))
+        self.links.append(link)
+        self.ranks[link] = rank
+
+    def _lost(self, link, nodes):
+        # A node that joined says nothing until it has the cluster: it left.
+        rank = self.ranks.pop(link)
+        self.links.remove(link)
+        link.close()
+        del nodes[rank]
+        logger.warning("agnostic launch: node %d (%s) left before every node had joined; "
+                       "waiting for it again.", rank, link.peer)
+
+    def _check(self, hello, nodes, peer):
+        rank, nnodes, nproc, ports = (hello.get(k) for k in ("node_rank", "nnodes", "nproc",
+                                                               "ports"))
+        if not (all(type(v) is int for v in (rank, nnodes, nproc)) and type(ports) is list
+                and all(type(p) is int and 0 < p < 65536 for p in ports)
+                and len(ports) == nproc):
+            return (f"Node 0 cannot read the hello of the launcher at {peer}: {hello!r}. "
+                    "Start every node with the same version of agnostic.")
+        if nnodes != self.nnodes or nproc != self.nproc:
             return (
-                f"Node {hello.get('node_rank')} was started with --nnodes "
-                f"{hello.get('nnodes')} --nproc-per-node {hello.get('nproc')}, but node 0 "
-                f"with --nnodes {self.nnodes} --nproc-per-node {self.nproc}. Start "
-                "every node with the same numbers."
+                f"Node {rank} was started with --nnodes {nnodes} --nproc-per-node {nproc}, "
+                f"but node 0 with --nnodes {self.nnodes} --nproc-per-node {self.nproc}. "
+                "Start every node with the same numbers."
             )
-        if hello.get("node_rank") in nodes:
-            return (f"Two nodes were started with --node-rank {hello.get('node_rank')}; "
+        if rank in nodes or not 0 < rank < self.nnodes:
+            return (f"Two nodes were started with --node-rank {rank}; "
                     "give each node its own rank from 0 to --nnodes - 1.")
         return None
 
 
 class Member:
-    """Nodes 1..M-1: join node 0 and receive the cluster."""
+    """Nodes 1..M-1: join node 0 (each proving the job's secret to the other)
+    and receive the cluster. An answer at the master's port that is not node
+    0's (without the secret) is refused with a warning, and the member tries
+    again until the join's bound."""
 
-    def __init__(self, host, port, node_rank, nnodes, nproc):
-        deadline = time.monotonic() + JOIN_SECONDS
+    def __init__(self, host, port, node_rank, nnodes, nproc, secret):
+        self.host, self.port, self.secret = host, port, secret
+        self.hello = {"node_rank": node_rank, "nnodes": nnodes, "nproc": nproc,
+                      "ports": list(free_ports(nproc))}
+        seconds = join_seconds()
+        deadline = time.monotonic() + seconds
+        last, doubt, said = None, None, None
         while True:
             try:
-                self.connection = socket.create_connection((host, port), timeout=5)
-                break
+                self.link = self._join(deadline)
+                return
+            except channel.ChannelError as error:
+                last = doubt = error
+                if str(error) != said:  # once, not at every try
+                    said = str(error)
+                    logger.warning("agnostic launch: node %d could not join at the "
+                                   "master %s:%d: %s; trying again.", node_rank, host, port,
+                                   error)
             except OSError as error:
-                if time.monotonic() > deadline:
-                    raise errors.LaunchError(
-                        f"Cannot reach the master {host}:{port} within {JOIN_SECONDS} s "
-                        f"({error}). Start node 0 first, and check the address, the "
-                        "port and any firewall between the nodes."
-                    ) from error
-                time.sleep(0.5)
-        self.connection.settimeout(None)
-        self.stream = self.connection.makefile("r")
-        _send(self.connection, {"node_rank": node_rank, "nnodes": nnodes, "nproc": nproc,
-                                "ports": list(free_ports(nproc))})
+                last = error
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(0.5, left))
+        if doubt is not None:
+            raise errors.LaunchError(
+                f"Cannot join the master {host}:{port} within {seconds} s; the last answer "
+                f"there: {doubt} (last try: {last}). So it goes when node 0 has another job "
+                "secret, or another process holds that port. Give every node the same "
+                "secret (--secret-file or AGNOSTIC_JOB_SECRET), and check that node 0's "
+                "launcher listens there.")
+        raise errors.LaunchError(
+            f"Cannot reach the master {host}:{port} within {seconds} s ({last}). Start "
+            "node 0 first, and check the address, the port and any firewall between "
+            "the nodes.")
+
+    def _join(self, deadline):
+        until = min(deadline, time.monotonic() + ANSWER_SECONDS)
+        connection = socket.create_connection(
+            (self.host, self.port), timeout=max(0.1, min(5.0, until - time.monotonic())))
+        try:
+            nonce = secrets.token_bytes(channel.NONCE_BYTES)
+            connection.sendall(channel.greeting(nonce))
+            lines = channel.Lines(connection)
+            key = channel.key(self.secret, channel.nonce_of(lines.read(until)), nonce)
+            link = channel.Link(lines, key, channel.MEMBER, f"{self.host}:{self.port}")
+            link.send(self.hello)
+            answer = link.receive(until)
+        except BaseException:
+            connection.close()
+            raise
+        if "error" in answer:  # signed: node 0 refuses this node
+            connection.close()
+            raise errors.LaunchError(str(answer["error"]))
+        return link
 
     def gather(self):
-        self.connection.settimeout(JOIN_SECONDS + 10)
+        self.link.lines.limit = CLUSTER_LIMIT
         try:
-            reply = _receive(self.stream)
-        except (OSError, ValueError) as error:
+            reply = self.link.receive(time.monotonic() + join_seconds() + ANSWER_SECONDS)
+        except OSError as error:
+            self.link.close()
             raise errors.LaunchError(f"Node 0 did not send the cluster: {error}") from error
-        self.connection.settimeout(None)
-        if "error" in reply:
-            raise errors.LaunchError(reply["error"])
-        return Cluster(tuple(Node(n["rank"], n["host"], tuple(n["ports"]))
-                             for n in reply["cluster"]))
+        self.link.connection.settimeout(ANSWER_SECONDS)  # sends never hang the run
+        try:
+            return Cluster(tuple(Node(int(n["rank"]), str(n["host"]),
+                                      tuple(int(p) for p in n["ports"]))
+                                 for n in reply["cluster"]))
+        except (KeyError, TypeError, ValueError) as error:
+            self.link.close()
+            raise errors.LaunchError(
+                f"Node 0 sent a cluster this launcher cannot read ({error!r}). Start every "
+                "node with the same version of agnostic.") from error
 
 
-def links_of(party) -> List[Tuple[socket.socket, object]]:
+def links_of(party) -> List[channel.Link]:
     """The open connections that carry failures (node 0: all; others: one)."""
     if isinstance(party, Leader):
         return party.links
-    return [(party.connection, party.stream)]
+    return [party.link]

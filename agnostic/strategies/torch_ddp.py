@@ -14,7 +14,9 @@ import datetime
 import logging
 import sys
 
-from agnostic import batch_norm, batching, cluster, collectives, errors, in_place, pipeline
+from agnostic import _startup, batch_norm, batching, cluster, collectives, devices, errors
+from agnostic import in_place, pipeline
+from agnostic.cluster import torch_join
 from agnostic.compat import torch_batch_norm, torch_keras_ddp
 from agnostic.launch import failures, local
 from agnostic.strategies import base, torch_gradients, torch_reduce
@@ -44,10 +46,13 @@ class TorchDDPStrategy(base.Strategy):
         _share_the_cores(group)
         if not dist.is_initialized():
             on_gpu = torch.cuda.is_available()
-            if on_gpu:  # one GPU visible: the scheduler gave it to this process
-                torch.cuda.set_device(group.local_rank if torch.cuda.device_count() > 1 else 0)
+            if on_gpu:
+                torch.cuda.set_device(devices.cuda_index(group, torch.cuda.device_count()))
+            # Every rank present within AGNOSTIC_JOIN_SECONDS, or an error
+            # naming the missing ones; the store listens on the job's address.
+            store = torch_join.store(group, _startup.join_seconds())
             dist.init_process_group(
-                "nccl" if on_gpu else "gloo", init_method=group.address,
+                "nccl" if on_gpu else "gloo", store=store,
                 rank=group.rank, world_size=group.world_size,
                 timeout=datetime.timedelta(minutes=10),
             )

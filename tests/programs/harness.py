@@ -18,6 +18,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 MODE, FOLDER = sys.argv[1], sys.argv[2]
+if MODE == "agnostic":
+    # Imported before the program builds its model, as a user's script
+    # imports it at its top: agnostic sets the engine up (the CPU split, a
+    # job's workers) before the engine's runtime starts.
+    import agnostic  # noqa: E402, F401
 REPLICAS = int(os.environ.get("AGNOSTIC_TEST_REPLICAS", "2"))
 ENGINE = keras.backend.backend()
 

@@ -8,10 +8,13 @@ file (the temporary file written, the rename not done). The chief saves the
 final weights to FOLDER/final.npz.
 MODE "own-folders": as "resume" over 2 epochs with SGD and momentum, each
 node backing up to its own NODE_FOLDER (machines without a shared disk);
-every process saves its final weights to FOLDER/final-RANK.npz and the
-epochs it trained to FOLDER/epochs-RANK.json.
+every process saves its final weights to FOLDER/final-RANK.npz, the
+epochs it trained to FOLDER/epochs-RANK.json and agnostic's log messages to
+FOLDER/logs-RANK.json. EPOCHS=n trains n epochs; DELETE=0 keeps the backup
+at the end (BackupAndRestore's delete_checkpoint=False).
 """
 import json
+import logging
 import os
 import signal
 import sys
@@ -95,12 +98,18 @@ def own_folders():
         models.build(keras), optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
         gpus=REPLICAS, **models.COMPILE)
     callbacks = [keras.callbacks.BackupAndRestore(
-        os.path.join(os.environ["NODE_FOLDER"], "backup"))] + killers()
-    history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
-                        callbacks=callbacks)
+        os.path.join(os.environ["NODE_FOLDER"], "backup"),
+        delete_checkpoint=os.environ.get("DELETE") != "0")] + killers()
+    records = models.Records()
+    logging.getLogger("agnostic").addHandler(records)
+    logging.getLogger("agnostic").setLevel(logging.INFO)
+    history = model.fit(x, y, batch_size=16, epochs=int(os.environ.get("EPOCHS", "2")),
+                        shuffle=False, verbose=0, callbacks=callbacks)
     np.savez(os.path.join(FOLDER, f"final-{rank()}.npz"), *model.get_weights())
     with open(os.path.join(FOLDER, f"epochs-{rank()}.json"), "w") as handle:
         json.dump(list(history.epoch), handle)
+    with open(os.path.join(FOLDER, f"logs-{rank()}.json"), "w") as handle:
+        json.dump(records.messages, handle)
 
 
 def callbacks():

@@ -1,0 +1,88 @@
+"""agnostic's start-up hook: the wheel installs this file beside the package,
+as the top-level module `_agnostic_hook`, which agnostic-cpu-devices.pth
+imports as Python starts when one of agnostic's or a scheduler's variables
+is set (agnostic._startup imports it too, for names_agnostic).
+
+At start-up it only puts a finder on sys.meta_path: it imports nothing,
+reads no variable's value and never raises or prints. When the program
+imports an engine (tensorflow, jax, torch), the finder decides once: only a
+program whose main script (`-m` module, `-c` code) imports agnostic, or one
+run with AGNOSTIC_JOIN=1, imports agnostic there, so that agnostic sets the
+engine up as it is imported (agnostic/_startup.py says why). Any other
+program runs exactly as without agnostic.
+"""
+import sys
+
+ENGINES = ("tensorflow", "jax", "torch")
+# Not empty while this hook imports agnostic (agnostic/__init__.py asks).
+IMPORTING = []
+_IMPORTS_AGNOSTIC = (
+    r"\b(?:from\s+agnostic\b|import\s+(?:[\w.]+(?:\s+as\s+\w+)?\s*,\s*)*agnostic\b)")
+
+
+def names_agnostic():
+    """Whether the program that runs imports agnostic, read from its source:
+    the main script's file, or the `-c` code on the command line."""
+    import re
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        if path:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                source = handle.read()
+        else:
+            source = " ".join(getattr(sys, "orig_argv", sys.argv))
+    except (OSError, TypeError, ValueError):
+        return False
+    return re.search(_IMPORTS_AGNOSTIC, source) is not None
+
+
+def in_a_child_process():
+    """Whether this is a multiprocessing child (spawn, forkserver) running
+    the parent's main script again as __mp_main__: the job's variables that
+    it inherits describe its parent."""
+    return getattr(sys.modules.get("__main__"), "__name__", None) == "__mp_main__"
+
+
+def _wanted():
+    import os
+
+    if "agnostic" in sys.modules:  # the program imported it: it set up already
+        return False
+    if in_a_child_process():
+        return False
+    if os.environ.get("AGNOSTIC_JOIN", "").strip() == "1":
+        return True
+    return names_agnostic()
+
+
+class _EngineImport:
+    """Meets the program's first import of an engine, then stands aside."""
+
+    def __init__(self):
+        self.decided = False
+
+    def find_spec(self, name, path=None, target=None):
+        if self.decided or name not in ENGINES:
+            return None
+        self.decided = True
+        try:
+            if not _wanted():
+                return None
+            IMPORTING.append(name)
+            try:
+                from agnostic import _startup
+            finally:
+                del IMPORTING[:]
+            # The engine's spec with agnostic's set-up after it executes.
+            return _startup.engine_spec(name, path, target)
+        except Exception:  # a broken install: the program's own import says so
+            return None
+
+
+if __name__ == "_agnostic_hook":
+    try:
+        if not any(isinstance(f, _EngineImport) for f in sys.meta_path):
+            sys.meta_path.insert(0, _EngineImport())
+    except Exception:
+        pass

@@ -1,0 +1,58 @@
+"""Keras's train function inside fit, where agnostic steps in (Keras 3.13-3.16):
+
+- fit makes `model.train_function` before `on_train_begin` and calls it
+  once per step (per `steps_per_execution` steps) through the attribute,
+  so a callback can wrap it for the rest of that fit;
+- torch's is given the batch fit took (`train_function(data)`);
+  TensorFlow's an iterator it takes its batches from (`get_next()`, or
+  `next()` for a Python one); JAX's `(state, iterator)`, returning
+  `(logs, state)`.
+
+agnostic wraps it to resume in the middle of an epoch (the first `skip`
+batches of the resumed epoch are taken from the data and not trained: the
+rest come in the same order as in the interrupted run, where the order does
+not depend on the run: see the README) and to stop, after a step, where
+every process agreed to (agnostic/preemption.py).
+"""
+
+
+def wrap(model, watch):
+    """Wraps `model.train_function` for this fit; returns the function that
+    puts the original back."""
+    import keras
+
+    original = getattr(model, "train_function", None)
+    if original is None:
+        raise AttributeError("Keras's fit made no train_function before on_train_begin")
+    backend = keras.backend.backend()
+    per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+
+    def run(*args):
+        if watch.skip > 0:
+            taken = min(per_call, watch.skip)
+            watch.skip -= taken
+            return _skipped(backend, args, taken)
+        logs = original(*args)
+        watch.after_step(model)
+        return logs
+
+    model.train_function = run
+
+    def unwrap():
+        if model.__dict__.get("train_function") is run:
+            model.train_function = original
+
+    return unwrap
+
+
+def _skipped(backend, args, batches):
+    """What a skipped call returns, having taken its batches from the data."""
+    if backend == "torch":
+        return {}  # fit took the batch already
+    iterator = args[1] if backend == "jax" else args[0]
+    for _ in range(batches):
+        if hasattr(iterator, "get_next"):
+            iterator.get_next()
+        else:
+            next(iterator)
+    return ({}, args[0]) if backend == "jax" else {}

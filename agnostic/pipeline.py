@@ -79,7 +79,8 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
                 # Keras 2.2 (MXNet), or a CallbackList of the program's own: left alone
                 with enter():
                     return original(**given)
-            watch = preemption.Watch(processes.world, processes.is_chief, local.forward)
+            watch = preemption.Watch(processes.world, processes.is_chief, local.forward,
+                                     barrier=processes.barrier)
             given["callbacks"] = watch.callbacks(given.get("callbacks"))
             with enter(), watch:
                 return original(**given)

@@ -103,8 +103,9 @@ class Watch:
     same step. `forward(signum)`: passes a caught signal on to processes this
     one started (the shim's own launcher)."""
 
-    def __init__(self, world=1, is_chief=True, forward=None):
+    def __init__(self, world=1, is_chief=True, forward=None, barrier=None):
         self.world, self.is_chief, self.forward = world, is_chief, forward
+        self.barrier = barrier  # every process waits there before it exits
         self.requested = 0  # the signal caught here, if any
         self.stopped = 0  # the signal every process stopped for, if any
         self.saved = False  # BackupAndRestore wrote the stopping step
@@ -178,6 +179,15 @@ class Watch:
                         "keras.callbacks.BackupAndRestore. Add one to fit's callbacks to "
                         f"resume where it stopped. Exiting with status {status(self.stopped)}.",
                         errors.PreemptedWarning, stacklevel=3)
+            # Already ending as preempted: another preempting signal (a
+            # scheduler ending the other tasks once the first has exited,
+            # as srun --kill-on-bad-exit does) changes nothing now.
+            handle(signal.SIG_IGN)
+            if self.barrier is not None and self.world > 1:
+                # None exits before the chief has written the backup: a
+                # scheduler ends the others at the first task's exit
+                # (srun --kill-on-bad-exit, a TFJob's failed pod).
+                self.barrier()
             raise SystemExit(status(self.stopped))
         if self.requested:
             handler = self._previous.get(self.requested, signal.SIG_DFL)

@@ -73,6 +73,25 @@ def test_sigterm_to_rank_0_reaches_the_worker_and_leaves_nothing(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_agnostic_launch_passes_the_chosen_signal_on_to_every_process(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(TMPDIR=str(tmp_path), AGNOSTIC_PREEMPT_SIGNAL="USR1")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agnostic", "launch", "--standalone", "--nproc-per-node", "2",
+         SCRIPT, str(tmp_path), "launched"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"ready-{rank}").exists() for rank in (0, 1)):
+        assert process.poll() is None and time.monotonic() < deadline, finish(process)
+        time.sleep(0.02)
+    process.send_signal(signal.SIGUSR1)
+    code, err = finish(process)
+    # Both processes got it and ended as preempted: the node's status says so.
+    assert code == 128 + signal.SIGUSR1, err
+    assert all((tmp_path / f"signalled-{rank}").exists() for rank in (0, 1))
+    assert leftovers(tmp_path) == []
+
+
 @pytest.mark.parametrize("value", ["KILL", "sigstop", "NOPE", "0", "-1", "USR1@90"])
 def test_a_bad_preempt_signal_is_refused(monkeypatch, value):
     monkeypatch.setenv(preemption.VARIABLE, value)

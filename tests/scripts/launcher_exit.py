@@ -7,6 +7,10 @@ Rank 1, by MODE: "slow" sleeps SECONDS then writes FOLDER/worker-done;
 "fail-late" exits with status 3 after a second; "term" writes
 FOLDER/worker-ready, then on SIGTERM writes FOLDER/worker-signalled and exits
 with status 143.
+
+MODE "launched" runs under `agnostic launch` (every process has RANK): each
+process writes FOLDER/ready-RANK, then on SIGTERM or SIGUSR1 writes
+FOLDER/signalled-RANK and exits with status 128 + the signal's number.
 """
 import os
 import signal
@@ -42,7 +46,22 @@ def worker():
         time.sleep(60)
 
 
-if "RANK" in os.environ:
+def launched():
+    rank = os.environ["RANK"]
+
+    def stop(signum, frame):
+        touch(f"signalled-{rank}")
+        sys.exit(128 + signum)
+
+    for number in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(number, stop)
+    touch(f"ready-{rank}")
+    time.sleep(60)
+
+
+if MODE == "launched":
+    launched()
+elif "RANK" in os.environ:
     worker()
 else:
     local.launch(2)

@@ -1,7 +1,8 @@
 """Preemption scenarios, run as `python preempt.py FOLDER`.
 
 Trains 4 epochs of 6 steps (SGD with momentum, shuffle=False) on 2 devices
-(torch: 2 processes the shim starts) and saves the chief's final weights to
+(AGNOSTIC_TEST_REPLICAS; torch: 2 processes the shim starts, or a
+scheduler's tasks) and saves the chief's final weights to
 FOLDER/final.npz; prints the epochs this run trained as JSON.
 
 BACKUP=epoch|N: keras.callbacks.BackupAndRestore(FOLDER/backup, save_freq).
@@ -26,7 +27,7 @@ from agnostic import preemption  # noqa: E402
 from tests import models  # noqa: E402
 
 FOLDER = sys.argv[1]
-REPLICAS = 2
+REPLICAS = int(os.environ.get("AGNOSTIC_TEST_REPLICAS", "2"))
 
 
 def at(variable):

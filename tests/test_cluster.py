@@ -349,6 +349,8 @@ BAD_VALUES = [
     (srun_with(SLURM_STEP_TASKS_PER_NODE="a,b"), "SLURM_STEP_TASKS_PER_NODE", "'a,b'"),
     (srun_with(SLURM_LOCALID="x"), "SLURM_LOCALID", "'x'"),
     (srun_with(SLURM_JOB_ID="-3"), "SLURM_JOB_ID", "'-3'"),
+    ({"TF_CONFIG": '{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", '
+                   '"index": 0}}'}, "TF_CONFIG", "a:1 for more than one task"),
     # ports
     (srun_with(MASTER_PORT="99999"), "MASTER_PORT", "'99999'"),
     (srun_with(MASTER_PORT="0"), "MASTER_PORT", "'0'"),

@@ -303,6 +303,9 @@ def test_secret_sources(tmp_path):
     path.chmod(0o640)
     with pytest.raises(errors.LaunchError, match=r"mode 0640.*chmod 600"):
         secret.job_secret(None, environ)
+    for special in (str(tmp_path), os.devnull):  # a folder, a device
+        with pytest.raises(errors.LaunchError, match="not a regular file"):
+            secret.job_secret(special, environ)
 
 
 def test_node_0_listens_on_the_masters_address_only():

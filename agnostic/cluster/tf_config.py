@@ -67,6 +67,10 @@ def read(environ):
         addresses += listed
     if not addresses:
         fail("lists no worker")
+    repeated = sorted({a for a in addresses if addresses.count(a) > 1})
+    if repeated:
+        fail(f"lists {', '.join(repeated)} for more than one task: each needs a "
+             "HOST:PORT of its own")
     if role not in ROLES or role not in roles:
         fail(f"names this task's type {role!r}, which is not one of its roles "
              f"({', '.join(r for r in ROLES if r in roles)})")

@@ -59,11 +59,12 @@ def _read(path, received):
             f"The job's secret file cannot be read ({error.strerror}). Expected a file "
             f"only you can read, holding the secret. Received: {received}"
         ) from error
+    status = os.fstat(descriptor)  # of the file opened, not of its name
+    if not stat.S_ISREG(status.st_mode):
+        os.close(descriptor)
+        raise errors.LaunchError(
+            f"The job's secret file is not a regular file. Received: {received}")
     with os.fdopen(descriptor, "rb") as handle:
-        status = os.fstat(handle.fileno())  # of the file opened, not of its name
-        if not stat.S_ISREG(status.st_mode):
-            raise errors.LaunchError(
-                f"The job's secret file is not a regular file. Received: {received}")
         if status.st_mode & 0o077:
             raise errors.LaunchError(
                 f"The job's secret file can be read by other users (mode "

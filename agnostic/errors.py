@@ -37,6 +37,11 @@ class UnaveragedGradientsWarning(UserWarning):
     trains differently from one device."""
 
 
+class CompatError(AgnosticError, RuntimeError):
+    """A Keras or engine internal that agnostic relies on has moved or
+    behaves differently in this version."""
+
+
 class LaunchError(AgnosticError, RuntimeError):
     """The processes of a multi-process strategy cannot be started or joined."""
 

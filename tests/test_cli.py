@@ -270,6 +270,7 @@ def test_nproc_error_comes_before_the_missing_script(capsys, nothing_starts):
     assert "--nproc-per-node" in refused(capsys, "--nproc-per-node", "0", "missing.py")
 
 
+@pytest.mark.serial  # a refusal within seconds: run alone (tox: -m serial)
 def test_missing_script_is_refused_without_waiting_for_other_nodes(capsys, nothing_starts):
     began = time.monotonic()
     error = refused(capsys, "--nnodes", "2", "--node-rank", "1", "--master-port",

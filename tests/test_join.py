@@ -13,6 +13,9 @@ import pytest
 
 from tests.conftest import ROOT, engine_or_skip
 
+# Bounds in seconds: run alone, not beside other tests (tox: -m serial).
+pytestmark = pytest.mark.serial
+
 JOIN_SECONDS = 5
 PROGRAM = """
 import keras

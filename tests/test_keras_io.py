@@ -113,7 +113,6 @@ def test_transfer_learning_then_fine_tuning_compiled_again(tmp_path):
     assert_trained_on(agnostic, "2")
 
 
-@VERSIONS
 def test_gan_with_noise_given_as_data_trains_as_one_device(tmp_path):
     plain, agnostic = run_both("gan", tmp_path, env=NOISE_AS_DATA, both=True)
     assert_exactly_one_device(plain, agnostic, "images")

@@ -15,6 +15,9 @@ from agnostic import errors, preemption
 from agnostic.launch import local
 from tests.conftest import ROOT
 
+# Bounds in seconds: run alone, not beside other tests (tox: -m serial).
+pytestmark = pytest.mark.serial
+
 SCRIPT = os.path.join("tests", "scripts", "launcher_exit.py")
 
 

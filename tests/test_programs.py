@@ -117,7 +117,6 @@ def test_a_custom_step_with_an_optimizer_of_its_own(tmp_path):
     assert_same_training(plain, agnostic)
 
 
-@VERSIONS
 def test_every_process_loads_the_file_just_saved(tmp_path):
     plain, agnostic = run_both("save_then_load", tmp_path)
     assert_same_training(plain, agnostic)

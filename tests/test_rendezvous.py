@@ -16,6 +16,9 @@ from agnostic import errors
 from agnostic.launch import channel, rendezvous, secret, settings
 from tests.conftest import ROOT
 
+# Bounds in seconds: run alone, not beside other tests (tox: -m serial).
+pytestmark = pytest.mark.serial
+
 SECRET = "0123456789abcdef-the-job's-secret"
 WORKER = """import json, os, sys, time
 folder, mode = sys.argv[1], sys.argv[2]

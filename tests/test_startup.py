@@ -81,6 +81,7 @@ def test_a_bad_value_changes_nothing_in_a_program_without_agnostic(variables):
     assert not [name for name in modules if name.startswith("agnostic")]
 
 
+@pytest.mark.serial  # a start-up in under a second: run alone (tox: -m serial)
 def test_a_huge_host_list_costs_nothing_at_start():
     # Expanded, this list is 20 million names (6.5 s and 1.5 GB before).
     # The peak of this interpreter's own memory (VmHWM: getrusage's maximum

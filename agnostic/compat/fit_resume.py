@@ -14,6 +14,30 @@ rest come in the same order as in the interrupted run, where the order does
 not depend on the run: see the README) and to stop, after a step, where
 every process agreed to (agnostic/preemption.py).
 """
+from agnostic.compat import versions
+
+
+# How each engine's fit calls the train function, in its source.
+CALLS = {"tensorflow": "self.train_function(iterator)",
+         "jax": "self.train_function(state, iterator)",
+         "torch": "self.train_function(data)"}
+
+
+def probe(keras):
+    """What the wrapper relies on (agnostic/compat/registry.py), read from
+    the engine trainer's fit (no model trains here): it makes the train
+    function before `on_train_begin` and calls it through the attribute,
+    with the arguments `_skipped` takes its batches from."""
+    import inspect
+
+    model = keras.Sequential([keras.layers.Dense(1)])
+    versions.expect("train_function" in vars(model) and hasattr(model, "steps_per_execution"),
+                    "Model.train_function and Model.steps_per_execution")
+    fit = inspect.getsource(type(model).fit)
+    made, begun = fit.find("self.make_train_function()"), fit.find("callbacks.on_train_begin()")
+    versions.expect(0 <= made < begun, "fit making train_function before on_train_begin")
+    call = CALLS[keras.backend.backend()]
+    versions.expect(call in fit, f"fit calling {call}")
 
 
 def wrap(model, watch):

@@ -38,6 +38,32 @@ def _module():
     return distribution_lib
 
 
+def probe(keras):
+    """What the replaced function relies on (agnostic/compat/registry.py):
+    `distribute_data_input(per_process_batch, layout, batch_dim_name)`,
+    which the JAX trainer looks up in its module at each call (it holds the
+    module, not the function), and a layout's sharding with the `mesh` and
+    `spec` that say which axis is split (a 1-device mesh here)."""
+    import jax
+    from keras.src.backend.jax import trainer
+
+    module = _module()
+    versions.expect(versions.takes(module.distribute_data_input, "per_process_batch",
+                                   "layout", "batch_dim_name"),
+                    "backend.jax.distribution_lib.distribute_data_input(per_process_batch, "
+                    "layout, batch_dim_name)")
+    versions.expect(any(value is module for value in vars(trainer).values())
+                    and "distribute_data_input" not in vars(trainer),
+                    "the JAX trainer calling distribution_lib.distribute_data_input "
+                    "through its module")
+    mesh = keras.distribution.DeviceMesh((1,), ["batch"], devices=jax.devices()[:1])
+    layout = keras.distribution.TensorLayout(["batch", None], mesh)
+    sharding = getattr(layout, "backend_layout", layout)
+    versions.expect(_batch_axis(sharding, "batch") == 0
+                    and dict(sharding.mesh.shape) == {"batch": 1},
+                    "TensorLayout.backend_layout (a jax NamedSharding with mesh and spec)")
+
+
 def _copied_when_uneven(original):
     def distribute_data_input(per_process_batch, layout, batch_dim_name):
         import jax

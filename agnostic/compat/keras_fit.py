@@ -30,3 +30,21 @@ def every_layer(model):
     if not hasattr(model, "_flatten_layers"):
         raise versions.moved("Layer._flatten_layers")
     return list(model._flatten_layers(include_self=False))
+
+
+def probe(keras):
+    """What this module relies on (agnostic/compat/registry.py): fit reads
+    `_initial_epoch` and passes `_use_cached_eval_dataset` to evaluate (read
+    from the engine trainer's source), and `_flatten_layers` reaches a
+    layer nested in an inner model."""
+    import inspect
+
+    inner = keras.Sequential([keras.layers.Dense(2)])
+    model = keras.Sequential([inner, keras.layers.Dense(1)])  # unbuilt: no weights made
+    resume_at(model, 0)
+    fit, evaluate = inspect.getsource(type(model).fit), inspect.getsource(type(model).evaluate)
+    versions.expect("self._initial_epoch" in fit, "fit starting at Trainer._initial_epoch")
+    versions.expect(FITS_OWN_VALIDATION in fit and FITS_OWN_VALIDATION in evaluate,
+                    f"fit evaluating with {FITS_OWN_VALIDATION}=True")
+    versions.expect(inner.layers[0] in every_layer(model),
+                    "Layer._flatten_layers(include_self=False) reaching nested layers")

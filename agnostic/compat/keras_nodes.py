@@ -17,6 +17,8 @@ both ends of that, and both are private:
 import contextlib
 import threading
 
+from agnostic.compat import versions
+
 _LOCK = threading.Lock()
 _RECORDERS = []  # the callbacks of the active recordings, innermost last
 
@@ -28,21 +30,59 @@ def check():
 
     from agnostic import errors
 
-    try:
-        from keras.src.ops import function, node
-    except ImportError:
-        function = node = None
-    missing = None
-    if not hasattr(node, "Node"):
-        missing = "keras.src.ops.node.Node"
-    elif not hasattr(function.Function, "_get_operation_for_node"):
-        missing = "Function._get_operation_for_node"
+    missing = _missing()
     if missing:
         raise errors.NotSupportedError(
             f"agnostic.device() relies on Keras's {missing}, which Keras "
             f"{keras.__version__} does not have (tested: 3.13 to 3.16). Build the model "
             "without agnostic.device(), or use a tested Keras version."
         )
+
+
+def _missing():
+    """The first internal of these two that this Keras lacks, or None."""
+    try:
+        from keras.src.ops import function, node
+    except ImportError:
+        function = node = None
+    if not hasattr(node, "Node"):
+        return "keras.src.ops.node.Node"
+    if not hasattr(function.Function, "_get_operation_for_node"):
+        return "Function._get_operation_for_node"
+    return None
+
+
+def probe(keras):
+    """What this module relies on (agnostic/compat/registry.py), on a
+    1-layer functional model: a layer called on a symbolic input makes a
+    Node while `recording`; the model's `_nodes_by_depth` gives its call;
+    and calling the model asks `_get_operation_for_node` (on the instance)
+    for what to run."""
+    import numpy as np
+
+    missing = _missing()
+    if missing:
+        raise versions.moved(missing)
+    made = []
+    inputs = keras.Input((2,))
+    layer = keras.layers.Dense(1, kernel_initializer="zeros")
+    with recording(made.append):
+        outputs = layer(inputs)
+    versions.expect([node.operation for node in made] == [layer],
+                    "keras.src.ops.node.Node.__init__ for each layer call on symbolic inputs")
+    model = keras.Model(inputs, outputs)
+    versions.expect([label for label, _ in ordered_calls(model)] == [f"{layer.name}:0"],
+                    "Functional._nodes_by_depth (the model's layer calls)")
+    ran = []
+
+    def run(operation, args, kwargs):
+        ran.append(operation)
+        return operation(*args, **kwargs)
+
+    run_nodes_in(model, lambda node: run)
+    model(np.ones((1, 2), "float32"))
+    versions.expect(ran == [layer], "Function._run_through_graph calling each node's "
+                                    "operation from self._get_operation_for_node")
 
 
 @contextlib.contextmanager

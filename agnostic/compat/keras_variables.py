@@ -39,6 +39,46 @@ def made_again(variable):
         raise ValueError(f"made_again: no engine variable to make again on {engine}")
 
 
+def probe(keras):
+    """What this module relies on (agnostic/compat/registry.py), run on a
+    variable, a 1-layer model and a built optimizer made here: a variable
+    made again keeps its value (TensorFlow, JAX; torch: moved in place);
+    with TensorFlow, the model's and optimizer's strategy attributes and the
+    optimizer's variable indices; with JAX, a variable's `_value` and
+    `_layout` (`local_values`)."""
+    import numpy as np
+
+    engine = keras.backend.backend()
+    variable = keras.Variable(np.arange(2.0, dtype="float32"))
+    known = set(_TF_KEYS)
+    try:
+        if engine == "torch":
+            moved(variable, variable.value.device)
+        else:
+            made_again(variable)
+    finally:
+        for key in set(_TF_KEYS) - known:  # this variable's only
+            del _TF_KEYS[key]
+    versions.expect(bool(keras.ops.all(variable.value == keras.ops.arange(2.0))),
+                    "KerasVariable._initialize making a variable again from its value")
+    if engine == "tensorflow":
+        import tensorflow as tf
+
+        strategy = tf.distribute.get_strategy()
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD()
+        optimizer.build(model.trainable_variables)
+        train_under(model, strategy)
+        optimizer_under(optimizer, strategy)
+        versions.expect(in_strategy(variable, strategy) in (True, False),
+                        "a variable's value (the tf.Variable it holds)")
+    elif engine == "jax":
+        with local_values([variable]):
+            versions.expect(variable._layout is None, "JaxVariable._layout")
+        versions.expect(bool(keras.ops.all(variable.value == keras.ops.arange(2.0))),
+                        "JaxVariable._value (a variable's array)")
+
+
 # TensorFlow: an optimizer keys a variable by its engine variable's id
 # (TFOptimizer._var_key); old id -> new id of each variable made again.
 _TF_KEYS = {}

@@ -39,6 +39,20 @@ def update_in_place(model):
         base.wrap_method(model, name, before)
 
 
+def probe(keras):
+    """What the in-place adds rely on (agnostic/compat/registry.py): a
+    model's `metrics_variables`, its `make_train_function` and
+    `make_test_function`, and a metric variable's `value` being the
+    tf.Variable that the engine's add updates in place."""
+    model = keras.Sequential([keras.layers.Dense(1)])
+    for name in ("metrics_variables", "make_train_function", "make_test_function"):
+        versions.expect(hasattr(model, name), f"Model.{name}")
+    variable = keras.metrics.Sum().variables[0]
+    _in_place(variable, "assign_add")(2.0)
+    versions.expect(float(_stored(variable).numpy()) == 2.0 == float(variable.numpy()),
+                    "a metric variable's value (the tf.Variable it holds) added to in place")
+
+
 def _stored(variable):
     """The engine's variable under a Keras metric variable (on the CPU)."""
     import tensorflow as tf

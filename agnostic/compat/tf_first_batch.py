@@ -1,6 +1,6 @@
 """TensorFlow: the model is built before training without reading a batch.
 
-Under a tf.distribute strategy, Keras 3.13-3.15 build the model at the start
+Under a tf.distribute strategy, Keras 3.13-3.16 build the model at the start
 of every `fit` and `evaluate` (`TensorFlowTrainer._maybe_symbolic_build`,
 private) from a batch read off a fresh distributed iterator over the data.
 That read costs a one-pass source its first batches (a Python generator
@@ -12,6 +12,8 @@ shapes and dtypes, so this builds from the distributed dataset's element
 spec and reads nothing. A model without a `call` of its own (a GAN's step
 calls its parts) is not built there, as Keras does without a strategy.
 """
+from agnostic import errors
+from agnostic.compat import versions
 
 
 def build_without_reading(model, strategy, scope=None):
@@ -19,12 +21,7 @@ def build_without_reading(model, strategy, scope=None):
     made in `scope()` (the strategy's scope by default)."""
     import keras
 
-    if not callable(getattr(model, "_symbolic_build", None)):
-        raise RuntimeError(
-            "agnostic builds the model from the data's spec through "
-            f"Model._symbolic_build, which Keras {keras.__version__} no longer has. "
-            "Report this Keras version to agnostic."
-        )
+    _check_symbolic_build(model)
 
     def build(iterator=None, data_batch=None):
         if not model.built and type(model).call is keras.Model.call:
@@ -39,12 +36,48 @@ def build_without_reading(model, strategy, scope=None):
     model.__dict__["_maybe_symbolic_build"] = build
 
 
+def _check_symbolic_build(model):
+    if not callable(getattr(model, "_symbolic_build", None)):
+        import keras
+
+        raise errors.CompatError(
+            "agnostic builds the model from the data's spec through "
+            f"Model._symbolic_build, which Keras {keras.__version__} no longer has. "
+            "Report this Keras version to agnostic."
+        )
+
+
+def probe(keras):
+    """What the build relies on (agnostic/compat/registry.py): the model's
+    `_symbolic_build(data_batch=...)`; Keras calling `_maybe_symbolic_build`
+    with `iterator` or `data_batch`; and the spec of a TensorFlow epoch
+    iterator's `_distributed_dataset`, made into symbolic tensors shaped as
+    its batches."""
+    import numpy as np
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer
+
+    model = keras.Sequential([keras.layers.Dense(1)])
+    _check_symbolic_build(model)
+    versions.expect(versions.takes(model._symbolic_build, "data_batch"),
+                    "Model._symbolic_build(data_batch=...)")
+    versions.expect(versions.takes(type(model)._maybe_symbolic_build, "iterator", "data_batch"),
+                    "Model._maybe_symbolic_build(iterator, data_batch)")
+    versions.expect(versions.takes(keras.KerasTensor, "shape", "dtype", "sparse", "ragged"),
+                    "keras.KerasTensor(shape, dtype, sparse, ragged)")
+    iterator = trainer.TFEpochIterator(distribute_strategy=tf.distribute.get_strategy(),
+                                       x=np.zeros((4, 3), "float32"), batch_size=2)
+    batch = _symbolic_batch(_element_spec(iterator))
+    versions.expect(tuple(keras.tree.flatten(batch)[0].shape)[1:] == (3,),
+                    "TFEpochIterator._distributed_dataset's element spec (the batches' shapes)")
+
+
 def _element_spec(iterator):
     dataset = getattr(iterator, "_distributed_dataset", None)
     if dataset is None:
         import keras
 
-        raise RuntimeError(
+        raise errors.CompatError(
             "agnostic reads the data's spec from the epoch iterator's "
             f"_distributed_dataset, which Keras {keras.__version__} no longer has. "
             "Report this Keras version to agnostic."

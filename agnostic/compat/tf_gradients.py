@@ -34,10 +34,14 @@ Inside the steps of a model agnostic compiled:
 """
 import threading
 
+from agnostic import errors
+from agnostic.compat import versions
+
 _step = threading.local()  # replicas trace their steps on threads of their own
 _original = {}
 
 STEPS = ("train_step", "test_step")
+LOSS_SCALING = ("scale_loss_for_distribution", "unscale_loss_for_distribution")
 
 
 def one_device_arithmetic(model, optimizers):
@@ -262,17 +266,50 @@ def _install():
     interim = tf.__internal__.distribute.interim
     _original["maybe_merge_call"] = interim.maybe_merge_call
     interim.maybe_merge_call = _direct_across_replicas(interim.maybe_merge_call)
-    for name in ("scale_loss_for_distribution", "unscale_loss_for_distribution"):
-        if not callable(getattr(losses, name, None)):
-            import keras
-
-            raise RuntimeError(
-                f"agnostic keeps the losses of a step one device's through "
-                f"keras.src.losses.loss.{name}, which Keras {keras.__version__} no "
-                "longer has. Report this Keras version to agnostic."
-            )
-        _original[name] = getattr(losses, name)
+    for name in LOSS_SCALING:
+        _original[name] = loss_scaling(name)
         setattr(losses, name, _skipped_in_steps(_original[name]))
+
+
+def loss_scaling(name):
+    """Keras's keras.src.losses.loss.`name` (one of LOSS_SCALING), or a
+    CompatError naming the Keras version (tf_loss_scaling uses it too)."""
+    from keras.src.losses import loss as losses
+
+    function = getattr(losses, name, None)
+    if not callable(function):
+        import keras
+
+        raise errors.CompatError(
+            f"agnostic keeps the losses of a step as one device computes them through "
+            f"keras.src.losses.loss.{name}, which Keras {keras.__version__} no "
+            "longer has. Report this Keras version to agnostic."
+        )
+    return function
+
+
+def probe(keras):
+    """What `_install` and the wrapped steps rely on (agnostic/compat/registry.py):
+    Keras's loss scaling functions, which leave a loss as it is outside a
+    strategy; TensorFlow's `maybe_merge_call(fn, strategy, ...)`; and the
+    optimizer methods wrapped, with the parameters the wrappers pass."""
+    import tensorflow as tf
+    from keras.src.optimizers import base_optimizer
+
+    for name in LOSS_SCALING:
+        function = loss_scaling(name)
+        versions.expect(versions.takes(function, "value"),
+                        f"keras.src.losses.loss.{name}(value)")
+        versions.expect(float(function(tf.constant(2.0))) == 2.0,
+                        f"keras.src.losses.loss.{name} leaving a loss as it is "
+                        "outside a strategy")
+    merge = getattr(tf.__internal__.distribute.interim, "maybe_merge_call", None)
+    versions.expect(versions.takes(merge, "fn", "strategy"),
+                    "tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, ...)")
+    optimizer = base_optimizer.BaseOptimizer
+    versions.expect(versions.takes(optimizer.apply, "grads", "trainable_variables"),
+                    "BaseOptimizer.apply(grads, trainable_variables)")
+    versions.expect(versions.takes(optimizer.scale_loss, "loss"), "BaseOptimizer.scale_loss(loss)")
 
 
 def _direct_across_replicas(maybe_merge_call):

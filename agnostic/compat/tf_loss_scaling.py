@@ -1,6 +1,6 @@
 """TensorFlow: a train_step of the user's own reports losses as one device.
 
-Keras 3.13-3.15 divide every loss computed inside a tf.distribute strategy
+Keras 3.13-3.16 divide every loss computed inside a tf.distribute strategy
 by the number of replicas (`keras.src.losses.loss.scale_loss_for_distribution`,
 private), so that the replicas' gradients, which the optimizer sums, make
 the mean. Keras's own train_step and test_step multiply the tracked loss
@@ -12,6 +12,9 @@ with divides them by N instead (`BaseOptimizer.apply`, gated to those
 steps): the same update, and the numbers a user tracks are one device's.
 """
 import threading
+
+from agnostic.compat import versions
+from agnostic.compat.tf_gradients import LOSS_SCALING, loss_scaling
 
 _inside = threading.local()  # replicas trace their steps on threads of their own
 _original = {}
@@ -65,22 +68,31 @@ def _install():
 
     if _original:
         return
-    for name in ("scale_loss_for_distribution", "unscale_loss_for_distribution"):
-        if not callable(getattr(losses, name, None)):
-            import keras
-
-            raise RuntimeError(
-                f"agnostic keeps a custom train_step's losses unscaled through "
-                f"keras.src.losses.loss.{name}, which Keras {keras.__version__} no "
-                "longer has. Report this Keras version to agnostic."
-            )
-        _original[name] = getattr(losses, name)
+    for name in LOSS_SCALING:
+        _original[name] = loss_scaling(name)
         setattr(losses, name, _skipped_inside_own_steps(_original[name]))
     # Every optimizer a step applies gradients with (the model's, a GAN's
     # two, a loss-scale optimizer's inner one) divides them, once.
     optimizer_class = base_optimizer.BaseOptimizer
     _original["apply"] = optimizer_class.apply
     optimizer_class.apply = _averaged(optimizer_class.apply)
+
+
+def probe(keras):
+    """What `_install` and `own_steps` rely on (agnostic/compat/registry.py):
+    Keras's loss scaling functions, each called with the loss alone;
+    `BaseOptimizer.apply(grads, trainable_variables)`, which the wrapper
+    replaces; and Keras's own model having no steps of its own."""
+    from keras.src.optimizers import base_optimizer
+
+    for name in LOSS_SCALING:
+        versions.expect(versions.takes(loss_scaling(name), "value"),
+                        f"keras.src.losses.loss.{name}(value)")
+    versions.expect(versions.takes(base_optimizer.BaseOptimizer.apply, "grads",
+                                   "trainable_variables"),
+                    "BaseOptimizer.apply(grads, trainable_variables)")
+    versions.expect(own_steps(keras.Sequential()) == [],
+                    "keras.Model's train_step and test_step being the engine trainer's")
 
 
 def _averaged(apply):

@@ -28,6 +28,24 @@ def split_batches(model, strategy):
         base.wrap_method(model, maker, _splitting_after(model, attribute, strategy))
 
 
+def probe(keras):
+    """What the splitting relies on (agnostic/compat/registry.py): each
+    `make_*_function` of a compiled model leaves the function it made in its
+    attribute, where `split_batches` replaces it (run here on a 1-layer
+    model, under TensorFlow's default strategy)."""
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model.compile(loss="mse", optimizer="sgd")
+    split_batches(model, tf.distribute.get_strategy())
+    for maker, attribute in FUNCTIONS.items():
+        getattr(model, maker)()
+        versions.expect(getattr(getattr(model, attribute), "splits_batches", False),
+                        f"Model.{maker} leaving what it made in Model.{attribute}")
+    versions.expect(callable(getattr(model, "get_metrics_result", None)),
+                    "Model.get_metrics_result")
+
+
 def _splitting_after(model, attribute, strategy):
     def wrapper(make):
         def run(*args, **kwargs):

@@ -6,7 +6,25 @@ reports its values with a leading axis of 1, so the average over that axis
 is the average over the replicas, whatever the shape. The wrapped methods
 are the documented train_step and test_step.
 """
+from agnostic.compat import versions
 from agnostic.strategies import base
+
+
+def probe(keras):
+    """What the reshaped logs rely on (agnostic/compat/registry.py): Keras
+    reduces a step's logs with `reduce_per_replica(values, strategy,
+    reduction)`, across workers the mean along axis 0 (read from its source:
+    a multi-worker strategy cannot be made here)."""
+    import inspect
+
+    from keras.src.backend.tensorflow import trainer
+
+    reduce = getattr(trainer, "reduce_per_replica", None)
+    versions.expect(versions.takes(reduce, "values", "strategy", "reduction"),
+                    "keras.src.backend.tensorflow.trainer.reduce_per_replica")
+    versions.expect('strategy.reduce("MEAN", v, axis=0)' in inspect.getsource(reduce),
+                    "reduce_per_replica taking the mean of a step's logs over the "
+                    "workers along axis 0")
 
 
 def one_value_per_replica(model):

@@ -1,6 +1,6 @@
 """torch: BatchNormalization's moments over every process's samples.
 
-Keras 3.13-3.15 compute a BatchNormalization layer's batch statistics in
+Keras 3.13-3.16 compute a BatchNormalization layer's batch statistics in
 `BatchNormalization._moments(inputs, mask)` (private), and refuse
 `synchronized=True` on torch. This replaces that method on each layer of the
 model agnostic trains, for calls without a mask (a masked call keeps the
@@ -8,7 +8,8 @@ layer's own statistics, and agnostic warns at compile).
 """
 import warnings
 
-from agnostic import batch_norm
+from agnostic import batch_norm, errors
+from agnostic.compat import versions
 
 
 def synchronize(model, enabled=True):
@@ -21,17 +22,47 @@ def synchronize(model, enabled=True):
     if not enabled:
         return not found
     for layer in found:
-        if not callable(getattr(layer, "_moments", None)):
-            import keras
-
-            raise RuntimeError(
-                "agnostic synchronises batch normalization on torch through "
-                "BatchNormalization._moments, which Keras "
-                f"{keras.__version__} no longer has. Pass sync_batch_norm=False "
-                "and report this Keras version to agnostic."
-            )
-        layer.__dict__["_moments"] = _global_moments(layer, layer._moments)
+        layer.__dict__["_moments"] = _global_moments(layer, _own_moments(layer))
     return True
+
+
+def _own_moments(layer):
+    """The layer's `_moments`, or a CompatError."""
+    moments = getattr(layer, "_moments", None)
+    if not callable(moments):
+        import keras
+
+        raise errors.CompatError(
+            "agnostic synchronises batch normalization on torch through "
+            "BatchNormalization._moments, which Keras "
+            f"{keras.__version__} no longer has. Pass sync_batch_norm=False "
+            "and report this Keras version to agnostic."
+        )
+    return moments
+
+
+def probe(keras):
+    """What the replaced moments rely on (agnostic/compat/registry.py): a
+    built layer's `_moments(inputs, mask)` returning the batch's (mean,
+    variance), its `_reduction_axes` and `axis`; and torch's all-reduce
+    that autograd goes back through."""
+    import torch
+    import torch.distributed.nn.functional as distributed
+
+    versions.expect(callable(getattr(distributed, "all_reduce", None)),
+                    "torch.distributed.nn.functional.all_reduce (torch)")
+    layer = keras.layers.BatchNormalization()
+    layer.build((None, 3))
+    moments = _own_moments(layer)
+    versions.expect(versions.takes(moments, "inputs", "mask"),
+                    "BatchNormalization._moments(inputs, mask)")
+    inputs = torch.tensor([[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]])
+    versions.expect(list(layer._reduction_axes) == [0] and inputs.shape[layer.axis] == 3,
+                    "BatchNormalization._reduction_axes and axis (the axes reduced)")
+    mean, variance = moments(inputs, None)
+    versions.expect(torch.allclose(mean, torch.tensor([2.0, 3.0, 4.0]))
+                    and torch.allclose(variance, torch.ones(3)),
+                    "BatchNormalization._moments returning the batch's (mean, variance)")
 
 
 def _global_moments(layer, own_moments):

@@ -34,14 +34,35 @@ def when(empty):
         _state.empty = previous
 
 
-def _install():
+def _module():
+    """keras.src.losses.loss, where `reduce_values` is, or a CompatError."""
     try:
         from keras.src.losses import loss as module
     except ImportError:
         module = None
-    original = getattr(module, "reduce_values", None)
-    if not callable(original):
+    if not callable(getattr(module, "reduce_values", None)):
         raise versions.moved("losses.loss.reduce_values")
+    return module
+
+
+def probe(keras):
+    """What the replaced function relies on (agnostic/compat/registry.py):
+    Keras's losses reduce through `reduce_values(values, sample_weight,
+    reduction)`, looked up in its module, which returns a 1-element loss's
+    value (a scalar)."""
+    import torch
+
+    reduce_values = _module().reduce_values
+    versions.expect(versions.takes(reduce_values, "values", "sample_weight", "reduction"),
+                    "keras.src.losses.loss.reduce_values(values, sample_weight, reduction)")
+    reduced = reduce_values(torch.tensor([2.0]))
+    versions.expect(tuple(reduced.shape) == () and float(reduced) == 2.0,
+                    "keras.src.losses.loss.reduce_values returning a 1-element loss's value")
+
+
+def _install():
+    module = _module()
+    original = module.reduce_values
     if getattr(original, MARK, False):
         return
 

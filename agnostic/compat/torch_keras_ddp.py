@@ -15,6 +15,38 @@ while backward runs. The hook is the model's `forward` (a public
 torch.nn.Module method, which Keras's `Layer.__call__` reaches through
 torch's `Module.__call__`), replaced on the instance only.
 """
+from agnostic.compat import versions
+
+
+KERAS_DATA_PARALLEL = (3, 16)
+
+
+def probe(keras):
+    """What this module relies on (agnostic/compat/registry.py): Keras
+    3.13-3.15 give a model no `ddp_model`; from 3.16 every model has one
+    (None until torch.distributed is initialised) and the torch trainer sums
+    the metrics in a `get_metrics_result` of its own. And what
+    `parallel_forward` calls: `torch_params`, and DistributedDataParallel
+    with `device_ids`, `bucket_cap_mb`, `find_unused_parameters`."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    if (versions.parts(keras.__version__) or (0, 0)) >= KERAS_DATA_PARALLEL:
+        versions.expect(keras_is_data_parallel(model) and model.ddp_model is None,
+                        "Model.ddp_model (the torch trainer's DistributedDataParallel)")
+        versions.expect(keras.Model.get_metrics_result.__module__
+                        == "keras.src.backend.torch.trainer",
+                        "the torch trainer's own get_metrics_result (metrics summed "
+                        "across processes)")
+    else:
+        versions.expect(not keras_is_data_parallel(model),
+                        "models without a ddp_model (Keras before 3.16)")
+    versions.expect(not has_own_train_step(model), "keras.Model.train_step being Keras's own")
+    versions.expect(len(model.torch_params) == 2, "Layer.torch_params (the weights)")
+    versions.expect(versions.takes(DistributedDataParallel, "device_ids", "bucket_cap_mb",
+                                   "find_unused_parameters"),
+                    "torch's DistributedDataParallel(module, device_ids, bucket_cap_mb, "
+                    "find_unused_parameters)")
 
 
 def keras_is_data_parallel(model):

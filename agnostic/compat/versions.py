@@ -6,6 +6,7 @@ keras-mxnet 2.2.4 on MXNet. A version outside these still runs where it can:
 each patch in this package checks the internal it needs and fails with a
 message naming the version.
 """
+import inspect
 import re
 import warnings
 
@@ -44,11 +45,41 @@ def moved(internal):
     no longer has."""
     import keras
 
-    return RuntimeError(
+    return errors.CompatError(
         f"agnostic relies on Keras's {internal}, which Keras {keras.__version__} no "
         "longer has. Install a Keras version agnostic is tested on "
         "(`agnostic info` says which), or report this version to agnostic."
     )
+
+
+def expect(holds, internal):
+    """A probe's check (agnostic/compat/registry.py): raises CompatError
+    naming `internal` (what agnostic expects) and the versions unless
+    `holds`. Not an assert, which `python -O` would drop."""
+    if holds:
+        return
+    import sys
+
+    import keras
+
+    engine = keras.backend.backend()
+    engine_version = getattr(sys.modules.get(engine), "__version__", "")
+    raise errors.CompatError(
+        f"agnostic relies on {internal}, which is not so with Keras "
+        f"{keras.__version__} on {engine} {engine_version}. Install a Keras version "
+        "agnostic is tested on (`agnostic info` says which), or report this version "
+        "to agnostic."
+    )
+
+
+def takes(function, *names):
+    """Whether `function` has parameters named `names` (a patch calls it, or
+    is called, with them)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(name in parameters for name in names)
 
 
 def warn_if_untested(keras, backend):

@@ -18,8 +18,9 @@ from agnostic.compat import (fit_resume, jax_on_batch, jax_uneven_batches, keras
                              tf_gradients, tf_loss_scaling, tf_on_batch, tf_worker_logs,
                              torch_batch_norm, torch_empty_share, torch_keras_ddp, versions)
 
-KERAS_3 = ((3, 13), (3, 16))  # the Keras 3 versions tested (versions.TESTED_KERAS)
-KERAS_MXNET = ((2, 2), (2, 2))  # keras-mxnet 2.2.4
+# (first, last) of the versions tested, kept in one place (versions.py).
+KERAS_3 = (versions.TESTED_KERAS[0], versions.TESTED_KERAS[-1])
+KERAS_MXNET = (versions.TESTED_KERAS_MXNET[0], versions.TESTED_KERAS_MXNET[-1])
 ENGINES = ("tensorflow", "jax", "torch")
 
 

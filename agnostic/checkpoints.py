@@ -15,8 +15,12 @@ import socket
 import threading
 import time
 import zipfile
+from typing import TYPE_CHECKING, Any, Union
 
 from agnostic import errors
+
+if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine
+    import keras
 
 # A writer's temporary file: its host, process and thread, and a random part,
 # so that no two writers, here or on other machines sharing the folder, ever
@@ -188,7 +192,8 @@ def checked_load(load):
     return run
 
 
-def load_model(filepath, *args, **kwargs):
+def load_model(filepath: Union[str, "os.PathLike[str]"], *args: Any,
+               **kwargs: Any) -> "keras.Model":
     """`keras.models.load_model`, with a clear error for a broken file.
 
     Example:

@@ -1,62 +1,18 @@
 """The `agnostic` command: `agnostic info`, `agnostic launch`."""
 import argparse
+import json
 import logging
 import sys
 
-ENGINES = ("keras", "tensorflow", "jax", "jaxlib", "torch", "mxnet")
-# The distributions each engine may come from, in the order asked.
-DISTRIBUTIONS = {"keras": ("keras", "keras-nightly", "keras-mxnet"),
-                 "tensorflow": ("tensorflow", "tensorflow-cpu")}
 
+def info(as_json=False, out=sys.stdout):
+    """Prints the environment report (agnostic/report.py): the machine, the
+    engines and the GPUs each sees, the plan. 1 when no plan can be made."""
+    from agnostic import report
 
-def _version(name):
-    try:
-        from importlib import metadata
-    except ImportError:  # pragma: no cover - Python < 3.8
-        return None
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def info(out=sys.stdout):
-    """Prints the backend, engine versions, devices and the plan."""
-    from agnostic import errors, plan
-
-    from agnostic import devices as devices_lib
-
-    print(f"python: {sys.version.split()[0]}", file=out)
-    engine, source = devices_lib.backend_source()
-    print(f"engine: {engine} ({source}; switch with KERAS_BACKEND=...)", file=out)
-    for name in ENGINES:
-        version = next(filter(None, map(_version, DISTRIBUTIONS.get(name, (name,)))), None)
-        if name == "keras":
-            from agnostic import devices
-            from agnostic.compat import versions
-
-            described = versions.describe(version, devices.configured_backend())
-            print(f"keras: {described}", file=out)
-        else:
-            print(f"{name}: {version or 'not installed'}", file=out)
-    try:
-        chosen = plan.resolve()
-    except errors.AgnosticError as error:
-        print(f"plan: unavailable: {error}", file=out)
-        return 1
-    print(f"backend: {chosen.backend}", file=out)
-    print(f"environment: {chosen.environment}", file=out)
-    print(f"plan: strategy={chosen.strategy} replicas={chosen.num_replicas} "
-          f"processes={chosen.num_processes} process_id={chosen.process_id} "
-          f"devices=[{', '.join(chosen.devices)}]", file=out)
-    print(f"reason: {chosen.reason}", file=out)
-    if chosen.fallback_warning:  # what backend_agnostic_compile would warn
-        print(f"warning: {chosen.fallback_warning}", file=out)
-    from agnostic import placement
-
-    listing = devices_lib.list_devices(chosen.backend)
-    print(f"placements: {placement.describe(chosen.backend, listing)}", file=out)
-    return 0
+    gathered = report.gather()
+    print(json.dumps(gathered, indent=2) if as_json else report.text(gathered), file=out)
+    return 0 if report.succeeded(gathered) else 1
 
 
 def main(argv=None):
@@ -68,12 +24,16 @@ def main(argv=None):
 
     parser.add_argument("--version", action="version", version=f"agnostic {__version__}")
     commands = parser.add_subparsers(dest="command")
-    commands.add_parser("info", help="backend, engine versions, devices and the plan")
+    info_parser = commands.add_parser(
+        "info", help="an environment report to paste into a bug report: the machine, "
+                     "its GPUs, each engine and what it sees, the plan")
+    info_parser.add_argument("--json", action="store_true",
+                             help="the same report as JSON (default: text)")
     _add_launch(commands)
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if arguments.command == "info":
-        return info()
+        return info(arguments.json)
     if arguments.command == "launch":
         return _launch(arguments)
     parser.print_help()
@@ -83,10 +43,18 @@ def main(argv=None):
 LAUNCH_EXAMPLES = """examples:
   agnostic launch --nproc-per-node auto train.py --epochs 10
   agnostic launch --standalone --nproc-per-node 2 -m mypkg.train --lr 0.1
+  # every process's output in files under ./logs, and every rank's on the terminal:
+  agnostic launch --nproc-per-node 4 --log-dir ./logs --tee 3 train.py
+  # start every process again when one fails, up to 3 times (BackupAndRestore resumes):
+  agnostic launch --nproc-per-node 4 --max-restarts 3 train.py
   # two nodes: a secret both can read, then this command on each with its own --node-rank:
   (umask 077; python -c 'import secrets; print(secrets.token_hex(32))' > ~/.agnostic-job-secret)
   agnostic launch --nproc-per-node 4 --nnodes 2 --node-rank 0 \\
-      --master-addr 10.0.0.1 --master-port 29400 --secret-file ~/.agnostic-job-secret train.py
+      --master-addr 10.0.0.1 --master-port 29500 --secret-file ~/.agnostic-job-secret train.py
+
+output: rank 0's reaches the terminal as it is; every other rank's standard error
+too, each line starting with [rank<r>]:, and its standard output goes to a file
+(under --log-dir, else in a folder of the temp dir, said at start).
 """
 
 
@@ -105,7 +73,8 @@ def _add_launch(commands):
                         help=f"processes on this node: a whole number, or {settings.AUTO} "
                              "(default: %(default)s)")
     launch.add_argument("--nnodes", metavar="M", default="1",
-                        help="nodes (machines), each running this command "
+                        help="nodes (machines), each running this command; torchrun's "
+                             "MIN:MAX only as M:M, elastic counts are not supported "
                              "(default: %(default)s)")
     launch.add_argument("--node-rank", "--node_rank", dest="node_rank", metavar="R",
                         default="0", help="this node's rank, 0 to M-1; node 0 is the "
@@ -116,10 +85,37 @@ def _add_launch(commands):
     launch.add_argument("--master-port", "--master_port", dest="master_port",
                         metavar="PORT", help="free port on node 0 where the launchers "
                         "meet; the launcher also uses PORT+1 (torch) and PORT+2 (JAX) "
-                        f"there (default: {settings.DEFAULT_MASTER_PORT})")
+                        f"there (default: {settings.DEFAULT_MASTER_PORT}, torchrun's)")
     launch.add_argument("--master", metavar="HOST:PORT",
-                        help="the same as --master-addr HOST --master-port PORT "
-                             "(default: not set)")
+                        help="the same as --master-addr HOST --master-port PORT; an "
+                             "IPv6 address in brackets: [::1]:29500 (default: not set)")
+    launch.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint",
+                        metavar="HOST:PORT", help="torchrun's name for --master "
+                                                  "(default: not set)")
+    launch.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend",
+                        metavar="NAME", help="static or c10d, both meaning agnostic's "
+                        "own rendezvous at the master; others are refused (default: "
+                        "static)")
+    launch.add_argument("--rdzv-id", "--rdzv_id", dest="rdzv_id", metavar="ID",
+                        help="the run's name: its log folder under --log-dir starts "
+                             f"with it (default: {settings.DEFAULT_RUN_ID})")
+    launch.add_argument("--max-restarts", "--max_restarts", dest="max_restarts",
+                        metavar="N", help="when a process fails, stop this node's "
+                        "processes and start them all again, up to N times; one node "
+                        "only (default: 0)")
+    launch.add_argument("--log-dir", "--log_dir", dest="log_dir", metavar="DIR",
+                        help="write every process's stdout and stderr to files, "
+                             "DIR/<rdzv-id>_<unique>/attempt_<n>/rank_<r>/stdout.log and "
+                             "stderr.log (default: only what the terminal does not "
+                             "show, in a folder of the temp dir)")
+    launch.add_argument("--tee", metavar="{0,1,2,3}",
+                        help="besides the log files, show on the terminal: 1 every "
+                             "rank's stdout too, 2 stderr (shown anyway), 3 both "
+                             "(default: 0, rank 0's output and the others' stderr)")
+    launch.add_argument("--local-ranks-filter", "--local_ranks_filter",
+                        dest="local_ranks_filter", metavar="RANKS",
+                        help="show only these local ranks' output on the terminal, such "
+                             "as 0 or 0,2; the rest stays in the log files (default: all)")
     launch.add_argument("--standalone", action="store_true",
                         help="a single node, its master on 127.0.0.1 at a free port, "
                              "so that several runs can share a machine (default: off)")
@@ -151,7 +147,9 @@ def _launch(arguments):
         checked = settings.settings(
             arguments.nproc_per_node, arguments.nnodes, arguments.node_rank,
             arguments.master, arguments.master_addr, arguments.master_port,
-            arguments.standalone)
+            arguments.standalone, **{name: getattr(arguments, name) for name in (
+                "rdzv_endpoint", "rdzv_backend", "rdzv_id", "max_restarts", "log_dir",
+                "tee", "local_ranks_filter")})
         given = {name: getattr(arguments, name) for name in ("secret_file", "listen_addr")
                  if getattr(arguments, name) is not None}
         return nodes.run(command, checked, **given)

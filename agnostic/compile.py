@@ -1,20 +1,27 @@
 """backend_agnostic_compile(): resolve a plan, pick its strategy, hand over."""
+import difflib
+import inspect
 import sys
 import warnings
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from agnostic import in_place, plan as plan_lib, strategies
 from agnostic.compat import versions
 from agnostic.strategies import base
 
+if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine
+    import keras
+
+
 def backend_agnostic_compile(
-    model,
-    *args,
-    gpus=None,
-    cpu_merge=True,
-    cpu_relocation=False,
-    sync_batch_norm=True,
-    **kwargs
-):
+    model: "keras.Model",
+    *args: Any,
+    gpus: Optional[Union[int, Sequence[int]]] = None,
+    cpu_merge: bool = True,
+    cpu_relocation: bool = False,
+    sync_batch_norm: bool = True,
+    **kwargs: Any
+) -> "keras.Model":
     """Compiles `model` to train on every available device, in place.
 
     Call it where you would call `model.compile(...)`, with the same
@@ -50,6 +57,7 @@ def backend_agnostic_compile(
         >>> model.fit(x, y, batch_size=64, epochs=2)
     """
     _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm)
+    _check_keywords(model, kwargs)
     plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model)
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     plan_lib.announce(plan)
@@ -65,6 +73,38 @@ def backend_agnostic_compile(
         sync_batch_norm=sync_batch_norm,
     )
     return strategy.compile(base.start_again(model), in_place.CompileCall(args, kwargs))
+
+
+# The keywords backend_agnostic_compile takes itself (the rest go to compile).
+OWN_KEYWORDS = ("gpus", "cpu_merge", "cpu_relocation", "sync_batch_norm")
+
+
+def _check_keywords(model, kwargs):
+    """A keyword neither agnostic nor the model's `compile` takes: a TypeError
+    now, naming the keyword meant where one is close, before any work (Keras
+    would say "unexpected keyword argument", keras-mxnet nothing at all)."""
+    try:
+        parameters = inspect.signature(model.compile).parameters
+    except (TypeError, ValueError):  # a compile without a signature: it decides
+        return
+    # A compile that takes any keyword (Keras 2's passes them to the engine)
+    # is told apart from a typo only by a name close to one it knows.
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    known = [name for name, p in parameters.items()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for name in kwargs:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, list(OWN_KEYWORDS) + known, n=1, cutoff=0.6)
+        if open_ended and not close:
+            continue
+        meant = f" Did you mean {close[0]}=...?" if close else ""
+        raise TypeError(
+            f"backend_agnostic_compile got an unexpected keyword argument {name!r}.{meant} "
+            f"It takes {', '.join(OWN_KEYWORDS)} itself and passes the rest to "
+            f"{type(model).__name__}.compile, which takes: {', '.join(known)}. "
+            f"Received: {name}={kwargs[name]!r}"
+        )
 
 
 def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm):

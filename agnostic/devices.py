@@ -56,11 +56,50 @@ _WARNED = set()
 PAST_CORES = 4
 
 
-def _cores():
+def cores():
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+# The variables by which a user chooses the engines' intra-op thread counts.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+
+
+def chosen_threads(environ=None):
+    """The user's own thread setting ("OMP_NUM_THREADS=4"), or None."""
+    environ = os.environ if environ is None else environ
+    for name in THREAD_VARIABLES:
+        if environ.get(name, "").strip():
+            return f"{name}={environ[name].strip()}"
+    return None
+
+
+def pinned():
+    """Whether this process may use only some of the machine's cores (a
+    scheduler's share: srun --cpus-per-task with binding, taskset)."""
+    return cores() < (os.cpu_count() or cores())
+
+
+def threads_per_process(local_processes):
+    """The intra-op threads each of `local_processes` on this machine gets
+    when the user chose none: the cores this process may use, shared out.
+    (torchrun gives 1 each; processes left at an engine's default each take
+    every core, and slow one another down several times.)"""
+    return max(1, cores() // max(1, local_processes))
+
+
+def thread_variables(local_processes):
+    """The variables that give each of `local_processes` processes started
+    together on this machine its share of the cores, as torchrun does, when
+    the user chose none: OMP_NUM_THREADS (torch, and OpenMP in any engine)
+    and TF_NUM_INTRAOP_THREADS (TensorFlow's own pool). {} for one process.
+    (XLA's CPU client, JAX's, reads no such variable.)"""
+    if local_processes < 2 or chosen_threads():
+        return {}
+    threads = str(threads_per_process(local_processes))
+    return {"OMP_NUM_THREADS": threads, "TF_NUM_INTRAOP_THREADS": threads}
 
 
 def _warn_past_cores(count):
@@ -68,17 +107,17 @@ def _warn_past_cores(count):
     program on a laptop); said once per process, with its cost."""
     import warnings
 
-    cores = _cores()
-    if count <= PAST_CORES * cores or count in _WARNED:
+    usable = cores()
+    if count <= PAST_CORES * usable or count in _WARNED:
         return
     _WARNED.add(count)
     warnings.warn(
         f"{CPU_DEVICES_VARIABLE}={count} asks for more than {PAST_CORES} CPU devices per "
-        f"core: this process may use {cores} core(s). It works: each device gets a thread of its own "
+        f"core: this process may use {usable} core(s). It works: each device gets a thread of its own "
         f"(with torch, a process of its own, holding the engine and a copy of the "
         f"model), and they take turns on the cores, so training is no faster than on "
-        f"{cores} device(s) and takes more memory and switching. Set "
-        f"{CPU_DEVICES_VARIABLE}={cores} or fewer unless you are testing a many-device "
+        f"{usable} device(s) and takes more memory and switching. Set "
+        f"{CPU_DEVICES_VARIABLE}={usable} or fewer unless you are testing a many-device "
         "program.",
         errors.CpuDevicesWarning, stacklevel=3)
 
@@ -116,8 +155,8 @@ def current_backend():
     if importlib.util.find_spec("keras") is None:
         raise errors.EngineUnavailableError(
             "agnostic needs Keras, which is not installed. Install it with an "
-            "engine, e.g. `pip install agnostic[tensorflow]` or "
-            "`pip install agnostic[jax]`."
+            "engine, e.g. `pip install 'keras-agnostic[tensorflow]'` or "
+            "`pip install 'keras-agnostic[jax]'`."
         )
     try:
         keras = importlib.import_module("keras")
@@ -126,7 +165,7 @@ def current_backend():
                      if importlib.util.find_spec(e) is not None]
         switch = (f"or choose an installed one, e.g. KERAS_BACKEND={installed[0]} (installed: "
                   f"{', '.join(installed)})" if installed else
-                  "e.g. `pip install agnostic[jax]`")
+                  "e.g. `pip install 'keras-agnostic[jax]'`")
         raise errors.EngineUnavailableError(
             f"Keras is installed, and its engine is {name} ({source}), which cannot be "
             f"imported: {error}. Install {name}, {switch}."

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import warnings
 import weakref
+from typing import Iterator, Union
 
 from agnostic import errors
 
@@ -26,7 +27,7 @@ _PLACED = weakref.WeakKeyDictionary()  # graph node -> device id or HOST
 
 
 @contextlib.contextmanager
-def device(device_id):
+def device(device_id: Union[int, str]) -> Iterator[None]:
     """Runs the layer calls made inside on device `device_id`.
 
     Use it while building a functional model; `backend_agnostic_compile`

@@ -1,12 +1,17 @@
 """The decision: which strategy, on which devices, and why. Starts nothing."""
 import dataclasses
 import logging
+import os
+import sys
 import warnings
-from typing import Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
 from agnostic import _startup, cluster, placement
 from agnostic import devices as devices_lib
 from agnostic import errors
+
+if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine
+    import keras
 
 logger = logging.getLogger("agnostic")
 
@@ -42,6 +47,9 @@ NOTES = {
     ),
 }
 NO_ENVIRONMENT = "none"
+# Set (to anything but 0) to keep the plan line off the terminal; configuring
+# the "agnostic" logger (its level or handlers) does too.
+QUIET_VARIABLE = "AGNOSTIC_QUIET"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +90,11 @@ class Plan:
     placement_warning: Optional[str] = dataclasses.field(
         default=None, compare=False, repr=False
     )
+    # The intra-op threads agnostic gives each process of this machine (torch,
+    # several processes, the user chose none), else None; and why, said in
+    # the plan line (the user's OMP_NUM_THREADS, cores shared, ...).
+    threads: Optional[int] = dataclasses.field(default=None, compare=False)
+    threads_reason: str = dataclasses.field(default="", compare=False, repr=False)
 
     def describe(self):
         devices = ", ".join(self.devices)
@@ -89,14 +102,16 @@ class Plan:
         if self.placements:
             placed = " placements=[" + ", ".join(
                 f"{call} -> {device}" for call, device in self.placements) + "]"
+        threads = f" threads={self.threads_reason}" if self.threads_reason else ""
         return (
             f"plan: backend={self.backend} strategy={self.strategy} "
-            f"replicas={self.num_replicas} environment={self.environment} "
-            f"devices=[{devices}]{placed}: {self.reason}"
+            f"replicas={self.num_replicas} processes={self.num_processes}{threads} "
+            f"environment={self.environment} devices=[{devices}]{placed}: {self.reason}"
         )
 
 
-def resolve(gpus=None, cpu_relocation=False, model=None):
+def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bool = False,
+            model: Optional["keras.Model"] = None) -> Plan:
     """Looks at the engine and its devices and decides how to train.
 
     Args:
@@ -179,6 +194,7 @@ def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False,
     if placements and backend in placement.DEVICE_PARALLEL:
         return _placed(backend, listing, gpus, environment, placements, cpu_relocation)
     plan = _runtime(_decide(backend, listing, gpus, environment), cpu_relocation)
+    plan = _threads(plan, listing, environment)
     if placements:
         plan = dataclasses.replace(plan, placement_warning=(
             f"The model's agnostic.device() placements are ignored: Keras engine "
@@ -317,6 +333,34 @@ def _join(backend, strategy, listing, gpus, environment):
                 process_id=environment.rank, reason=reason)
 
 
+def _threads(plan, listing, environment):
+    """How many intra-op threads each process gets, and why. Several torch
+    processes on one machine share its cores (as torchrun does), unless the
+    user chose (OMP_NUM_THREADS); simulated CPU devices past the cores take
+    turns, which the plan says."""
+    chosen = devices_lib.chosen_threads()
+    local = plan.num_processes
+    if environment is not None:
+        local = environment.local_world_size or environment.world_size
+    if chosen:
+        return dataclasses.replace(plan, threads_reason=f"{chosen} (set before start)")
+    cores = devices_lib.cores()
+    turns = ""
+    if listing.simulated and len(listing.devices) > cores:
+        turns = (f"; {len(listing.devices)} simulated CPU devices on {cores} core(s) take "
+                 "turns, so they test a many-device program but train no faster")
+    if plan.strategy not in PROCESS_PER_DEVICE or local < 2:
+        return dataclasses.replace(plan, threads_reason=f"engine default{turns}")
+    # A scheduler's process pinned to some cores has its share already; the
+    # processes agnostic starts inherit this one's cores, and share them.
+    own = environment is not None and devices_lib.pinned()
+    threads = cores if own else devices_lib.threads_per_process(local)
+    why = (f"the {cores} core(s) this process is pinned to" if own else
+           f"{cores} core(s) shared by {local} processes on this machine")
+    return dataclasses.replace(plan, threads=threads, threads_reason=(
+        f"{threads} per process ({why}; set OMP_NUM_THREADS to choose){turns}"))
+
+
 def _check_tasks_per_node(backend, listing, environment):
     """Processes per node that cannot share the node's accelerators: an
     error now, not a hang or a crash inside the engine later."""
@@ -386,6 +430,32 @@ def cpu_hint(listing):
     )
 
 
+def _visible():
+    """The plan line reaches the terminal by default (stderr), once per
+    process, as Lightning's first lines do: the "agnostic" logger, left
+    unconfigured, is set to INFO and, where no handler would take its
+    records, given one. AGNOSTIC_QUIET=1, or any level or handler the
+    program gave that logger, decides instead."""
+    if os.environ.get(QUIET_VARIABLE, "").strip() not in ("", "0"):
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+        return
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_Prefixed())
+        logger.addHandler(handler)
+
+
+class _Prefixed(logging.Formatter):
+    """Each record as "agnostic: <message>" (once: some messages say it)."""
+
+    def format(self, record):
+        message = super().format(record)
+        return message if message.startswith("agnostic") else f"agnostic: {message}"
+
+
 def announce(plan):
     """Logs the plan once and gives its fallback warning, if it has one.
 
@@ -393,6 +463,7 @@ def announce(plan):
     """
     if plan.process_id != 0:
         return
+    _visible()
     logger.info(plan.describe())
     if plan.fallback_warning:
         warnings.warn(plan.fallback_warning, errors.SingleDeviceWarning, stacklevel=3)

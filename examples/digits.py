@@ -5,8 +5,9 @@ The same file runs on every engine:
     KERAS_BACKEND=tensorflow AGNOSTIC_CPU_DEVICES=2 python examples/digits.py
     KERAS_BACKEND=jax AGNOSTIC_CPU_DEVICES=4 python examples/digits.py
     KERAS_BACKEND=mxnet AGNOSTIC_CPU_DEVICES=2 python3.8 examples/digits.py
+
+agnostic says its plan once, on standard error (AGNOSTIC_QUIET=1 silences it).
 """
-import logging
 import os
 
 # TensorFlow's own start-up messages (oneDNN, CPU instructions): not this
@@ -18,9 +19,6 @@ import numpy as np  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 
 import agnostic  # noqa: E402
-
-logging.basicConfig(format="%(name)s: %(message)s")
-logging.getLogger("agnostic").setLevel(logging.INFO)  # the plan, once
 
 digits = load_digits()
 order = np.random.default_rng(0).permutation(len(digits.target))

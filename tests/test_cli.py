@@ -14,7 +14,7 @@ import types
 import pytest
 
 from agnostic import cli, errors
-from agnostic.launch import local, nodes, rendezvous, settings
+from agnostic.launch import local, nodes, output, rendezvous, settings
 from tests.conftest import ROOT, cpu_devices
 
 
@@ -120,6 +120,51 @@ def test_info_shows_the_single_device_warning_with_its_fix(tmp_path):
     assert "warning: " in result.stdout and "AGNOSTIC_CPU_DEVICES=N" in result.stdout
 
 
+def test_info_json_is_a_whole_environment_report_without_engine_noise(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "agnostic", "info", "--json"],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env=dict(os.environ, KERAS_HOME=str(tmp_path)))
+    report = json.loads(result.stdout)
+    for key in ("agnostic", "python", "os", "cpus", "memory_gb", "nvidia_smi", "engine",
+                "keras", "engines", "variables", "plan"):
+        assert key in report, key
+    assert report["cpus"] == os.cpu_count()
+    import importlib.util
+
+    for engine in ("tensorflow", "jax", "torch"):
+        answer = report["engines"][engine]
+        if importlib.util.find_spec(engine) is None:
+            assert answer == {"version": None}
+            continue
+        # Each installed engine was asked, in its own process, what it sees.
+        assert "error" not in answer, answer
+        assert answer["gpus"] == 0  # no GPU on the machines the tests run on
+    if keras_is_installed():
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert report["plan"]["backend"] == os.environ["KERAS_BACKEND"]
+        assert report["plan"]["replicas"] == max(1, cpu_devices())
+    else:
+        assert result.returncode == 1
+        assert "agnostic needs Keras" in report["plan"]["unavailable"]
+    # The engines' start-up lines (TensorFlow's oneDNN and CUDA notices, ...)
+    # stay in the processes that asked them.
+    assert result.stderr == ""
+
+
+def test_info_text_names_each_engine_and_what_it_sees(tmp_path):
+    result = info_with(tmp_path)
+    assert "nvidia gpus: " in result.stdout and "cpus: " in result.stdout
+    import importlib.util
+
+    for engine in ("tensorflow", "jax", "torch"):
+        if importlib.util.find_spec(engine) is not None:
+            assert re.search(rf"^{engine}: \S+ \(sees 0 GPU\(s\)", result.stdout, re.M), \
+                result.stdout
+        else:
+            assert f"{engine}: not installed" in result.stdout
+    assert result.stderr == ""
+
+
 def test_version(capsys):
     import agnostic
 
@@ -141,8 +186,16 @@ LAUNCH_DEFAULTS = {
     "--nnodes M": "1",
     "--node-rank R, --node_rank R": "0",
     "--master-addr HOST, --master_addr HOST": "127.0.0.1",
-    "--master-port PORT, --master_port PORT": "29400",
+    "--master-port PORT, --master_port PORT": "29500, torchrun's",
     "--master HOST:PORT": "not set",
+    "--rdzv-endpoint HOST:PORT, --rdzv_endpoint HOST:PORT": "not set",
+    "--rdzv-backend NAME, --rdzv_backend NAME": "static",
+    "--rdzv-id ID, --rdzv_id ID": "none",
+    "--max-restarts N, --max_restarts N": "0",
+    "--log-dir DIR, --log_dir DIR": "only what the terminal does not show, in a folder of "
+                                    "the temp dir",
+    "--tee {0,1,2,3}": "0, rank 0's output and the others' stderr",
+    "--local-ranks-filter RANKS, --local_ranks_filter RANKS": "all",
     "--standalone": "off",
     "--secret-file PATH, --secret_file PATH": "AGNOSTIC_JOB_SECRET_FILE, else AGNOSTIC_JOB_SECRET",
     "--listen-addr ADDRESS, --listen_addr ADDRESS": "the master address",
@@ -165,6 +218,9 @@ def test_launch_help_names_every_flag_with_its_default(capsys):
         entry = next(e for e in entries if e.startswith(flag))
         assert f"(default: {default})" in " ".join(entry.split()), entry
     auto = " ".join(text.split())
+    assert ("the launcher also uses PORT+1 (torch) and PORT+2 (JAX) there (default: 29500"
+            in auto)
+    assert settings.DEFAULT_MASTER_PORT == 29500  # torchrun's
     assert "auto: for torch one process per CUDA GPU" in auto
     assert "for TensorFlow and JAX 1, as one process uses every device of its node" in auto
 
@@ -180,7 +236,9 @@ def launched(monkeypatch):
 
 def test_launch_defaults(launched):
     assert cli.main(["launch", "train.py"]) == 0
-    assert launched == [(["train.py"], settings.Settings(1, 1, 0, "127.0.0.1", 29400))]
+    assert launched == [(["train.py"], settings.Settings(1, 1, 0, "127.0.0.1", 29500))]
+    assert launched[0][1].max_restarts == 0 and launched[0][1].run_id == "none"
+    assert launched[0][1].output == output.Output(log_dir=None, tee=0, local_ranks=None)
 
 
 @pytest.mark.parametrize("spelling", ["-", "_"])
@@ -221,7 +279,8 @@ def nothing_starts(monkeypatch):
     """Fails the test if a process starts or a node waits for the others."""
     def refuse(*args, **kwargs):
         raise AssertionError("agnostic launch started work before refusing")
-    monkeypatch.setattr(nodes.subprocess, "Popen", refuse)
+    monkeypatch.setattr(output.subprocess, "Popen", refuse)
+    monkeypatch.setattr(output, "Folder", refuse)
     monkeypatch.setattr(rendezvous, "Leader", refuse)
     monkeypatch.setattr(rendezvous, "Member", refuse)
     monkeypatch.setattr(rendezvous, "free_ports", refuse)
@@ -246,7 +305,7 @@ def refused(capsys, *argv):
                                             "use 0 to 1"),
     (["--master-port", "70000"], "--master-port must be a free port on node 0, from 1 to "
                                  "65533 (the launcher also uses PORT+1 for torch and PORT+2 "
-                                 "for JAX), such as 29400. Received: --master-port 70000"),
+                                 "for JAX), such as 29500. Received: --master-port 70000"),
     (["--master_port", "http"], "Received: --master-port http"),
     (["--master", "10.0.0.1"], "--master must be HOST:PORT"),
     (["--master", "10.0.0.1:29400", "--master-port", "29500"],
@@ -261,9 +320,106 @@ def refused(capsys, *argv):
     (["--standalone", "--master-port", "29500"], "--standalone chooses the master itself "
      "(127.0.0.1 and a free port), so it takes no master address. "
      "Received: --standalone --master-port 29500"),
+    (["--standalone", "--rdzv-endpoint", "10.0.0.1:29500"],
+     "Received: --standalone --rdzv-endpoint 10.0.0.1:29500"),
+    # torchrun's flags that agnostic launch does not follow, and bad values of its own.
+    (["--nnodes", "1:4"], "--nnodes 1:4 asks for an elastic number of nodes (MIN:MAX), which "
+                          "agnostic launch does not support: every node must be there from "
+                          "the start. Give one number, such as --nnodes 4."),
+    (["--nnodes", "2:x"], "--nnodes must be a whole number, at least 1. Received: --nnodes 2:x"),
+    (["--rdzv-backend", "etcd"], "--rdzv-backend etcd is not supported: agnostic launch meets "
+     "the nodes itself, node 0's launcher listening at the master address (--master or "
+     "--rdzv-endpoint HOST:PORT). Use --rdzv-backend static or c10d (both mean that), or "
+     "leave it out. Received: --rdzv-backend etcd"),
+    (["--rdzv_backend", "etcd-v2"], "Received: --rdzv-backend etcd-v2"),
+    (["--rdzv-id", ""], "--rdzv-id must be a name for the run, such as --rdzv-id job42 "
+                        "(it names the run's folder under --log-dir), without '/'. "
+                        "Received: --rdzv-id ''"),
+    (["--rdzv-id", "a/b"], "Received: --rdzv-id a/b"),
+    (["--max-restarts", "-1"], "--max-restarts must be a whole number, at least 0. "
+                               "Received: --max-restarts -1"),
+    (["--max_restarts", "two"], "Received: --max-restarts two"),
+    (["--max-restarts", "2", "--nnodes", "2"],
+     "--max-restarts 2 restarts the processes of one node, but --nnodes 2 asks for 2: "
+     "restarts are supported on one node only. Drop --max-restarts with several nodes"),
+    (["--tee", "4"], "--tee must be 0, 1, 2 or 3: what every process also shows on the "
+                     "terminal besides its log files (1 standard output, 2 standard error, "
+                     "3 both; only the whole node's value, not torchrun's per-rank form). "
+                     "Received: --tee 4"),
+    (["--tee", "0:3,1:1"], "Received: --tee 0:3,1:1"),
+    (["--tee", "all"], "Received: --tee all"),
+    (["--nproc-per-node", "2", "--local-ranks-filter", "2"],
+     "--local-ranks-filter must list local ranks, from 0 to --nproc-per-node - 1 (1 here), "
+     "separated by commas, such as --local-ranks-filter 0 or 0,2: only their output is "
+     "shown on the terminal (all of it stays in the log files). "
+     "Received: --local-ranks-filter 2"),
+    (["--local_ranks_filter", "0,x"], "Received: --local-ranks-filter 0,x"),
+    (["--local-ranks-filter", ""], "Received: --local-ranks-filter ''"),
+    (["--local-ranks-filter", "-1"], "Received: --local-ranks-filter -1"),
+    # IPv6: in brackets with a port; a bracket never reaches the host.
+    (["--master", "::1:29500"], "--master ::1:29500 is ambiguous: an IPv6 address and its "
+                                "port are written with the address in brackets, such as "
+                                "--master [::1]:29500. Received: --master ::1:29500"),
+    (["--master", "[::1]"], "--master must be HOST:PORT, the address of node 0 and a free "
+                            "port on it (1 to 65533), such as 10.0.0.1:29500, or "
+                            "[::1]:29500 for an IPv6 address. Received: --master '[::1]'"),
+    (["--master", "[10.0.0.1]:29500"], "Received: --master '[10.0.0.1]:29500'"),
+    (["--rdzv-endpoint", "host"], "--rdzv-endpoint must be HOST:PORT"),
+    (["--master-addr", "[::1]:29500"], "--master-addr must be node 0's host name or address, "
+                                       "such as 10.0.0.1 or ::1, without a port (give it "
+                                       "with --master-port). Received: --master-addr "
+                                       "'[::1]:29500'"),
+    (["--master", "10.0.0.1:29500", "--rdzv-endpoint", "10.0.0.2:29500"],
+     "--master and --rdzv-endpoint name different masters. Give node 0's address one way: "
+     "--master-addr HOST --master-port PORT, or --master HOST:PORT. Received: --master "
+     "10.0.0.1:29500 --rdzv-endpoint 10.0.0.2:29500"),
+    (["--rdzv-endpoint", "[::1]:29500", "--master-port", "29501"],
+     "--rdzv-endpoint and --master-port name different masters"),
 ])
 def test_bad_launch_values_are_refused_before_any_work(capsys, nothing_starts, argv, message):
     assert message in refused(capsys, *(argv + ["train.py"]))
+
+
+def test_a_log_dir_that_cannot_hold_files_is_refused(capsys, nothing_starts, tmp_path):
+    (tmp_path / "taken").write_text("a file, not a folder")
+    error = refused(capsys, "--log-dir", str(tmp_path / "taken"), "train.py")
+    assert (f"--log-dir must be a folder this user can write to (made if missing), such as "
+            f"--log-dir ./logs; {tmp_path / 'taken'} cannot be used (") in error
+    assert f"Received: --log-dir {tmp_path / 'taken'}" in error
+
+
+@pytest.mark.parametrize("spelling", ["-", "_"])
+def test_torchrun_flags_in_both_spellings(launched, tmp_path, spelling):
+    logs = str(tmp_path / "logs")
+    argv = [f"--nproc{spelling}per{spelling}node", "3", "--nnodes", "1:1",
+            f"--rdzv{spelling}endpoint", "10.0.0.1:29600", f"--rdzv{spelling}backend", "c10d",
+            f"--rdzv{spelling}id", "job42", f"--max{spelling}restarts", "2",
+            f"--log{spelling}dir", logs, "--tee", "3",
+            f"--local{spelling}ranks{spelling}filter", "0,2", "train.py", "--epochs", "3"]
+    assert cli.main(["launch"] + argv) == 0
+    assert launched == [(["train.py", "--epochs", "3"], settings.Settings(
+        3, 1, 0, "10.0.0.1", 29600, max_restarts=2, run_id="job42",
+        output=output.Output(log_dir=logs, tee=3, local_ranks=frozenset({0, 2}))))]
+    assert os.path.isdir(logs)  # made before anything starts
+
+
+@pytest.mark.parametrize("backend", ["static", "c10d", "C10D"])
+def test_torchruns_rendezvous_backends_mean_ours(launched, backend):
+    assert cli.main(["launch", "--rdzv-backend", backend, "train.py"]) == 0
+    assert launched[0][1] == settings.Settings(1)
+
+
+@pytest.mark.parametrize("argv, host, port", [
+    (["--master", "[::1]:29600"], "::1", 29600),
+    (["--rdzv-endpoint", "[2001:db8::5]:29600"], "2001:db8::5", 29600),
+    (["--master-addr", "::1"], "::1", 29500),
+    (["--master-addr", "[::1]", "--master-port", "29600"], "::1", 29600),
+    (["--master", "[::1]:29600", "--master-addr", "::1", "--rdzv-endpoint", "[::1]:29600"],
+     "::1", 29600),
+])
+def test_an_ipv6_master_is_kept_without_brackets(launched, argv, host, port):
+    assert cli.main(["launch"] + argv + ["train.py"]) == 0
+    assert (launched[0][1].host, launched[0][1].port) == (host, port)
 
 
 def test_nproc_error_comes_before_the_missing_script(capsys, nothing_starts):
@@ -374,3 +530,19 @@ def test_auto_with_bad_cpu_devices_is_a_launch_error(monkeypatch):
     with pytest.raises(errors.LaunchError, match=r"--nproc-per-node auto: AGNOSTIC_CPU_DEVICES "
                        r"must be a whole number"):
         settings.auto_nproc({"KERAS_BACKEND": "torch", "AGNOSTIC_CPU_DEVICES": "many"})
+
+
+def test_info_names_the_other_agnostic_distribution_when_installed(tmp_path):
+    # The registry's "agnostic" (an unrelated database migration tool) shares
+    # the import name; its metadata alone is made here, on the path.
+    info = tmp_path / "site" / "agnostic-1.0.3.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: agnostic\nVersion: 1.0.3\n"
+                                   "Summary: Agnostic Database Migrations\n")
+    path = os.pathsep.join([str(tmp_path / "site"), ROOT])
+    result = subprocess.run([sys.executable, "-m", "agnostic", "info", "--json"],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=path, KERAS_HOME=str(tmp_path)))
+    conflict = json.loads(result.stdout)["conflict"]
+    assert "the distribution 'agnostic' 1.0.3 (Agnostic Database Migrations" in conflict
+    assert "pip uninstall agnostic" in conflict

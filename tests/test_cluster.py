@@ -435,13 +435,13 @@ def test_more_cpu_devices_than_cores_is_allowed_with_a_warning(monkeypatch):
     from agnostic import devices
 
     monkeypatch.setattr(devices, "_WARNED", set())
-    monkeypatch.setenv("AGNOSTIC_CPU_DEVICES", str(devices.PAST_CORES * devices._cores() + 1))
+    monkeypatch.setenv("AGNOSTIC_CPU_DEVICES", str(devices.PAST_CORES * devices.cores() + 1))
     # resolve() asks with warn=True: said once, in the program that uses agnostic.
     with pytest.warns(errors.CpuDevicesWarning, match="more than 4 CPU devices per core"):
-        assert devices.requested_cpu_devices(warn=True) == devices.PAST_CORES * devices._cores() + 1
+        assert devices.requested_cpu_devices(warn=True) == devices.PAST_CORES * devices.cores() + 1
     # A few per core (a many-device program tested on a small machine): nothing said.
     monkeypatch.setattr(devices, "_WARNED", set())
-    monkeypatch.setenv("AGNOSTIC_CPU_DEVICES", str(devices.PAST_CORES * devices._cores()))
+    monkeypatch.setenv("AGNOSTIC_CPU_DEVICES", str(devices.PAST_CORES * devices.cores()))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         devices.requested_cpu_devices(warn=True)

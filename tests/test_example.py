@@ -23,3 +23,5 @@ def test_digits_example_reaches_90_percent(devices):
     assert accuracy >= 0.9
     assert result.stdout.count("test accuracy") == 1  # one result
     assert result.stdout.count("Epoch 1/") == 1  # one progress display
+    # What ran, said once by default (the example configures no logging).
+    assert result.stderr.count("agnostic: plan: backend=") == 1, result.stderr[-3000:]

@@ -174,8 +174,8 @@ def test_launch_runs_a_module_with_underscore_flags(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "agnostic", "launch", "--nproc_per_node", "2",
          "--master_port", str(port), "-m", "tinypkg.report", "--lr", "0.1"],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=path), capture_output=True,
-        text=True, timeout=120)
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=path, TMPDIR=str(tmp_path)),
+        capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     reports = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank_*.json")),
                      key=lambda report: report["rank"])
@@ -187,3 +187,6 @@ def test_launch_runs_a_module_with_underscore_flags(tmp_path):
         assert report["module"] == "tinypkg.report"
     assert "report from rank 0" in result.stdout  # the chief's output alone
     assert "report from rank 1" not in result.stdout
+    # The other's is in the log folder the launcher made (tests/launch/test_output.py).
+    [logs] = tmp_path.glob("agnostic-logs-*/attempt_0/rank_1")
+    assert (logs / "stdout.log").read_text() == "report from rank 1\n"

@@ -1,10 +1,15 @@
 """The decision, without any engine: device counts are faked here (mocked),
 since a machine with GPUs cannot exist in this test environment."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 import agnostic
 from agnostic import cluster, devices, plan
 from agnostic.devices import DeviceListing
+from tests.conftest import ROOT
 
 GPUS_4 = DeviceListing(
     tuple(f"/device:GPU:{i}" for i in range(4)), "/device:CPU:0", accelerators=True
@@ -212,3 +217,81 @@ def test_tasks_per_node_must_match_the_accelerators():
                             num_processes=4, process_id=1)
     with pytest.raises(agnostic.DeviceRequestError, match="one process per node"):
         plan.decide("tensorflow", workers, None, SLURM_RANK_1)
+
+
+# The thread count each process gets, and the plan line that says it.
+def test_torch_processes_share_the_cores(monkeypatch):
+    for name in devices.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(devices, "cores", lambda: 8)  # mocked: a machine's core count
+    chosen = plan.decide("torch", TWO_GPUS)
+    assert (chosen.num_processes, chosen.threads) == (2, 4)
+    assert ("processes=2 threads=4 per process (8 core(s) shared by 2 processes on this "
+            "machine; set OMP_NUM_THREADS to choose)") in chosen.describe()
+    # A scheduler's job: the processes of this node share it, not the whole job's.
+    assert plan.decide("torch", ONE_GPU, None, SLURM_RANK_1).threads == 4
+    # One process keeps the engine's default; so do JAX and TensorFlow.
+    assert plan.decide("torch", ONE_GPU).threads is None
+    assert plan.decide("jax", CPUS_2).threads is None
+    assert "threads=engine default" in plan.decide("tensorflow", GPUS_4).describe()
+
+
+def test_the_users_thread_count_is_kept_and_said(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    chosen = plan.decide("torch", TWO_GPUS)
+    assert chosen.threads is None
+    assert "threads=OMP_NUM_THREADS=3 (set before start)" in chosen.describe()
+
+
+def test_more_simulated_devices_than_cores_are_said(monkeypatch):
+    for name in devices.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(devices, "cores", lambda: 2)
+    four = DeviceListing(tuple(f"cpu:{i}" for i in range(4)), "cpu:0", accelerators=False,
+                         simulated=True)
+    assert ("4 simulated CPU devices on 2 core(s) take turns, so they test a many-device "
+            "program but train no faster") in plan.decide("jax", four).describe()
+    assert "take turns" not in plan.decide("jax", CPUS_2).describe()
+
+
+ANNOUNCE = (
+    "import logging\n{setup}\n"
+    "from agnostic import plan\n"
+    "plan.announce(plan.Plan('jax', 'jax-data-parallel', ('cpu:0', 'cpu:1'), 2, "
+    "reason='2 simulated CPU devices.'))\n"
+    "plan.announce(plan.Plan('jax', 'jax-data-parallel', ('cpu:0',), 1, process_id=1))\n"
+    "print('{{}}')")
+
+
+@pytest.mark.parametrize("setup, variables, shown", [
+    ("", {}, True),  # nothing configured: on stderr, once, from the chief only
+    ("logging.basicConfig()", {}, True),  # the root's handler shows it
+    ("", {"AGNOSTIC_QUIET": "1"}, False),
+    ("logging.getLogger('agnostic').setLevel(logging.WARNING)", {}, False),
+])
+def test_the_plan_line_is_visible_by_default(setup, variables, shown):
+    result = subprocess.run([sys.executable, "-c", ANNOUNCE.format(setup=setup)],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT,
+                            env=dict(os.environ, **variables))
+    assert result.returncode == 0, result.stderr
+    line = ("plan: backend=jax strategy=jax-data-parallel replicas=2 processes=1 "
+            "environment=none devices=[cpu:0, cpu:1]: 2 simulated CPU devices.")
+    assert result.stderr.count(line) == (1 if shown else 0), result.stderr
+    assert "devices=[cpu:0]:" not in result.stderr  # process 1 says nothing
+    if shown and not setup:
+        assert result.stderr.startswith("agnostic: plan: backend=jax"), result.stderr
+
+
+def test_a_process_pinned_to_its_own_cores_uses_them_all(monkeypatch):
+    # A scheduler's share (srun --cpus-per-task with binding): already this
+    # process's own, so not divided again. Mocked: 4 of the machine's 16 cores.
+    for name in devices.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(devices, "cores", lambda: 4)
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 16)
+    chosen = plan.decide("torch", ONE_GPU, None, SLURM_RANK_1)
+    assert chosen.threads == 4
+    assert "threads=4 per process (the 4 core(s) this process is pinned to;" in \
+        chosen.describe()
+    # The processes agnostic starts inherit the cores of the one that starts them.
+    assert plan.decide("torch", TWO_GPUS).threads == 2

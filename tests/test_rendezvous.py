@@ -50,7 +50,7 @@ def job(tmp_path):
 
 def launch(job, rank, port, mode="done", *flags, **variables):
     """One node's `agnostic launch`; its stderr goes to job/stderr_RANK."""
-    env = dict(os.environ, AGNOSTIC_JOIN_SECONDS="20")
+    env = dict(os.environ, AGNOSTIC_JOIN_SECONDS="20", TMPDIR=str(job))  # logs stay there
     env.update(variables)
     env.pop("AGNOSTIC_JOB_SECRET", None)
     env.pop("AGNOSTIC_JOB_SECRET_FILE", None)
@@ -214,7 +214,11 @@ def test_node_1_refuses_a_fake_node_0_then_joins_the_real_one(job):
     assert finished([leader, member]) == [0, 0], (job / "stderr_1").read_text()
     workers = json.loads((job / "rank_1").read_text())["workers"]
     assert all(w.startswith("127.0.0.1:") for w in workers)  # not the fake's cluster
-    assert len(lines(job, 1, "agnostic launch")) == len(answers)
+    # Each refusal said once; besides them, node 1 says only where its output goes.
+    said = lines(job, 1, "agnostic launch")
+    assert len([line for line in said if "could not join" in line]) == len(answers), said
+    assert [line for line in said if "could not join" not in line] == [
+        line for line in said if "the output of rank 1 is also written to" in line]
 
 
 def test_a_silent_connection_does_not_hold_node_0_past_its_bound(job):

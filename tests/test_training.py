@@ -103,6 +103,33 @@ def test_bad_arguments_fail_before_anything_is_built():
     assert not getattr(template, "compiled", False)
 
 
+@pytest.mark.parametrize("keyword, meant", [
+    ("gpu", "gpus"), ("sync_batchnorm", "sync_batch_norm"), ("metric", "metrics"),
+    ("cpu_merging", "cpu_merge"), ("lossweights", "loss_weights")])
+def test_a_mistyped_keyword_names_the_one_meant(keyword, meant):
+    template = models.build(keras)
+    with pytest.raises(TypeError) as raised:
+        agnostic.backend_agnostic_compile(template, optimizer="sgd", loss="mse",
+                                          **{keyword: 2})
+    assert (f"backend_agnostic_compile got an unexpected keyword argument {keyword!r}. "
+            f"Did you mean {meant}=...?") in str(raised.value)
+    assert f"Received: {keyword}=2" in str(raised.value)
+    assert not getattr(template, "compiled", False)
+
+
+def test_a_models_own_compile_keywords_are_the_ones_checked():
+    # A GAN's compile takes keywords Keras's does not: its own are the ones named.
+    class GAN(keras.Model):
+        def compile(self, d_optimizer, g_optimizer, loss_fn):
+            super().compile()
+            self.loss_fn = loss_fn
+
+    gan = GAN()
+    with pytest.raises(TypeError, match=r"Did you mean loss_fn=\.\.\.\?"):
+        agnostic.backend_agnostic_compile(gan, d_optimizer="adam", g_optimizer="adam",
+                                          loss_function="mse")
+
+
 FALLBACK = """
 import json, warnings, keras, agnostic
 inputs = keras.layers.Input((3,))

@@ -8,6 +8,11 @@ is no failure) and exits with the first failing status. Workers are killed by
 the kernel if rank 0 dies, so none is left behind. SIGTERM (and
 AGNOSTIC_PREEMPT_SIGNAL) reaching rank 0 is passed on to the workers, and the
 run is preempted (agnostic/preemption.py): no worker's end counts as a failure.
+
+Output, as torchrun's: rank 0 is this process, its output untouched; each
+worker's standard error reaches this process's, every line prefixed with its
+rank ([rank1]: ...), and its standard output is written to a log folder made
+in the temp dir, said once at start (launch/output.py).
 """
 import atexit
 import ctypes
@@ -22,8 +27,8 @@ import tempfile
 import threading
 import time
 
-from agnostic import cluster, errors, preemption
-from agnostic.launch import failures
+from agnostic import cluster, devices, errors, preemption
+from agnostic.launch import failures, output
 
 logger = logging.getLogger("agnostic")
 POLL_SECONDS = 0.2
@@ -56,26 +61,6 @@ def launch(world_size, local_ranks=None):
         return group
     _launched.append(Workers(world_size, local_ranks))
     return _launched[0].group
-
-
-def threads_per_process(local_processes):
-    """The intra-op threads each of `local_processes` on this machine gets
-    when the user chose none: the cores this process may use, shared out
-    (torchrun gives 1 each; processes left at the engine's default each
-    take every core and slow one another down several times)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, local_processes))
-
-
-def chosen_threads():
-    """Whether the user set the thread count (then agnostic leaves it)."""
-    return any(os.environ.get(name) for name in THREAD_VARIABLES)
-
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def report_failures(rank):
@@ -181,23 +166,29 @@ class Workers:
         self.preempted = 0  # the signal that preempted the run, once one did
         self._exiting = False  # rank 0 has ended: wait() runs
         self.reports = tempfile.mkdtemp(prefix="agnostic-failures-")
+        chosen = output.Output()  # torchrun's default: the shim takes no flags
+        self.logs = output.Folder(chosen)
+        ranks = [(rank, local_ranks[rank]) for rank in range(1, world_size)]
+        sys.stderr.write(f"agnostic: {self.logs.notice(chosen, ranks, 'rank_<r>')}.\n")
+        sys.stderr.flush()
+        self.streams = output.Streams(chosen, self.logs.path)
         self.processes = {}
-        for rank in range(1, world_size):
+        for rank, local_rank in ranks:
             environment = dict(os.environ)
             environment.update(
-                RANK=str(rank), LOCAL_RANK=str(local_ranks[rank]), WORLD_SIZE=str(world_size),
+                RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size),
                 LOCAL_WORLD_SIZE=str(world_size),
                 MASTER_ADDR=self.group.coordinator, MASTER_PORT=str(self.group.port),
-                # Only the chief prints; the workers' errors still reach stderr.
+                # Every process runs the same script in step, so the workers'
+                # warnings (Keras's, agnostic's) repeat rank 0's, once more per
+                # worker: rank 0 says them. Their errors still reach stderr.
                 PYTHONWARNINGS="ignore",
             )
-            if not chosen_threads():
-                environment["OMP_NUM_THREADS"] = str(threads_per_process(world_size))
+            environment.update(devices.thread_variables(world_size))
             environment[failures.REPORTS_VARIABLE] = self.reports
-            self.processes[rank] = subprocess.Popen(
-                command, env=environment, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent,
-            )
+            self.processes[rank] = self.streams.popen(
+                rank, local_rank, command, env=environment, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent)
         self._own_failure = None  # rank 0's uncaught exception
         self._ended = threading.Lock()  # one thread ends the group
         self._finished = set()  # workers killed by a signal after they finished
@@ -279,6 +270,7 @@ class Workers:
                 logger.error("agnostic: %s %s: %s", self._describe(other.rank),
                              cause, other.summary)
         self.stop()
+        self._close_output()
         sys.stderr.flush()
         shutil.rmtree(self.reports, ignore_errors=True)
         os._exit(exit_status(code) if code else 1)
@@ -354,4 +346,11 @@ class Workers:
             self._done = True
         if stopped:
             self.stop()
+        self._close_output()
         shutil.rmtree(self.reports, ignore_errors=True)
+
+    def _close_output(self):
+        """The workers' last lines, once they have ended; the log folder's
+        empty files removed (the folder too, when nothing is left)."""
+        self.streams.close()
+        self.logs.finish()

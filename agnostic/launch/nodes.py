@@ -7,20 +7,21 @@ distributed runtime configured through its own variables:
   `keras.distribution.initialize` (which calls `jax.distributed.initialize`).
 
 The launcher runs no training itself: it checks what it was asked (before
-meeting the other nodes), then starts, watches and stops.
+meeting the other nodes), then starts, watches, stops, and restarts up to
+--max-restarts times. Where the processes' output goes: launch/output.py.
 """
 import json
 import logging
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 
-from agnostic import preemption
-from agnostic.launch import local, rendezvous, secret
-from agnostic.launch.settings import JAX_PORT_OFFSET, TORCH_PORT_OFFSET, check_command
+from agnostic import devices, preemption
+from agnostic.launch import local, output, rendezvous, secret
+from agnostic.launch.address import JAX_PORT_OFFSET, TORCH_PORT_OFFSET, host_port
+from agnostic.launch.settings import check_command
 
 logger = logging.getLogger("agnostic")
 
@@ -28,13 +29,17 @@ logger = logging.getLogger("agnostic")
 def environment(cluster, node_rank, local_rank, master_host, master_port):
     rank = cluster.first_rank(node_rank) + local_rank
     world = cluster.world_size
+    here = len(cluster.nodes[node_rank].ports)
     return {
+        # This node's processes share its cores, unless the user chose.
+        **devices.thread_variables(here),
         "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank),
-        "LOCAL_WORLD_SIZE": str(len(cluster.nodes[node_rank].ports)),
+        "LOCAL_WORLD_SIZE": str(here),
         "MASTER_ADDR": master_host, "MASTER_PORT": str(master_port + TORCH_PORT_OFFSET),
         "TF_CONFIG": json.dumps({"cluster": {"worker": cluster.worker_addresses()},
                                  "task": {"type": "worker", "index": rank}}),
-        "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"{master_host}:{master_port + JAX_PORT_OFFSET}",
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES": host_port(master_host,
+                                                      master_port + JAX_PORT_OFFSET),
         "KERAS_DISTRIBUTION_NUM_PROCESSES": str(world),
         "KERAS_DISTRIBUTION_PROCESS_ID": str(rank),
         # Its processes are known by it (agnostic.cluster.agnostic_launch).
@@ -43,26 +48,64 @@ def environment(cluster, node_rank, local_rank, master_host, master_port):
         **({"AGNOSTIC_LISTEN_ADDR": cluster.listen_host} if cluster.listen_host else {}),
         # JAX's coordinator (process 0) listens there, not on every interface.
         "JAX_COORDINATOR_BIND_ADDRESS": os.environ.get(
-            "JAX_COORDINATOR_BIND_ADDRESS", _host_port(cluster.listen_host or master_host,
-                                                       master_port + JAX_PORT_OFFSET)),
+            "JAX_COORDINATOR_BIND_ADDRESS", host_port(cluster.listen_host or master_host,
+                                                      master_port + JAX_PORT_OFFSET)),
     }
-
-
-def _host_port(host, port):
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def run(command, launch, secret_file=None, listen_addr=None):
     """Starts this node's processes for `command` (what follows `python`:
     a script and its arguments, or -m and a module) with the `Settings`
     `launch`, and returns the exit status for the node. `secret_file` and
-    `listen_addr`: --secret-file and --listen-addr, for several nodes."""
+    `listen_addr`: --secret-file and --listen-addr, for several nodes.
+
+    When a process fails and --max-restarts allows, every process of the
+    node is stopped and started again (torchrun's TORCHELASTIC_RESTART_COUNT
+    says which attempt); a script with BackupAndRestore resumes from its backup."""
     check_command(command)
     preemption.signals()  # a bad AGNOSTIC_PREEMPT_SIGNAL: said before meeting
     party, cluster = _meet(launch, secret_file, listen_addr)
-    processes = [_start(command, cluster, launch, local_rank)
-                 for local_rank in range(launch.nproc)]
-    return _supervise(processes, cluster.first_rank(launch.node_rank), party, launch.node_rank)
+    first = cluster.first_rank(launch.node_rank)
+    ranks = [(first + local_rank, local_rank) for local_rank in range(launch.nproc)]
+    logs = _log_folder(launch, ranks)
+    attempts = launch.max_restarts + 1
+    try:
+        for attempt in range(attempts):
+            if attempt:  # one node: fresh ports for TensorFlow's workers
+                party, cluster = _meet(launch, secret_file, listen_addr)
+            streams = output.Streams(launch.output, logs and os.path.join(
+                logs.path, f"attempt_{attempt}"))
+            try:
+                processes = [_start(command, cluster, launch, local_rank, streams, attempt)
+                             for local_rank in range(launch.nproc)]
+                status, failure = _supervise(processes, first, party, launch.node_rank)
+            finally:
+                streams.close()
+            if failure is None:
+                return status
+            if attempt + 1 < attempts:
+                logger.error("agnostic launch: %s; restarting every process of this node: "
+                             "attempt %d of %d (--max-restarts %d).", failure,
+                             attempt + 2, attempts, launch.max_restarts)
+                continue
+            tried = (f" on attempt {attempts} of {attempts} (--max-restarts "
+                     f"{launch.max_restarts} used up)" if launch.max_restarts else "")
+            logger.error("agnostic launch: %s%s; stopping every process.", failure, tried)
+            return status
+    finally:
+        if logs:
+            logs.finish()
+
+
+def _log_folder(launch, ranks):
+    """The run's log folder, said once on stderr; None when no file is needed."""
+    if not output.needs_folder(launch.output, ranks):
+        return None
+    folder = output.Folder(launch.output, launch.run_id)
+    notice = folder.notice(launch.output, ranks, os.path.join("attempt_<n>", "rank_<r>"))
+    logger.warning("agnostic launch: %s%s", notice,
+                   "; --log-dir DIR chooses the folder." if folder.temporary else ".")
+    return folder
 
 
 def _meet(launch, secret_file=None, listen_addr=None):
@@ -82,18 +125,20 @@ def _meet(launch, secret_file=None, listen_addr=None):
     return party, party.gather()
 
 
-def _start(command, cluster, launch, local_rank):
+def _start(command, cluster, launch, local_rank, streams, attempt=0):
     variables = environment(cluster, launch.node_rank, local_rank, launch.host, launch.port)
-    chief = cluster.first_rank(launch.node_rank) + local_rank == 0
-    # As on one machine: the chief's output alone; every process's errors.
-    return subprocess.Popen(
-        [sys.executable] + list(command), env=dict(os.environ, **variables),
-        preexec_fn=local._die_with_parent, stdout=None if chief else subprocess.DEVNULL,
-    )
+    # As torchrun says them (not TORCHELASTIC_RUN_ID: agnostic would take the
+    # processes for torchrun's).
+    variables.update(TORCHELASTIC_RESTART_COUNT=str(attempt),
+                     TORCHELASTIC_MAX_RESTARTS=str(launch.max_restarts))
+    rank = cluster.first_rank(launch.node_rank) + local_rank
+    return streams.popen(rank, local_rank, [sys.executable] + list(command),
+                         env=dict(os.environ, **variables), preexec_fn=local._die_with_parent)
 
 
 def _supervise(processes, first_rank, party, node_rank):
-    """Watches this node's processes until they end; returns the node's status.
+    """Watches this node's processes until they end; returns the node's status
+    and, when one of them failed, what failed (else None).
 
     SIGTERM (and AGNOSTIC_PREEMPT_SIGNAL) is passed on to them: they stop
     after the same step (agnostic/preemption.py; their collectives carry the
@@ -122,30 +167,29 @@ def _supervise(processes, first_rank, party, node_rank):
                 if code not in (None, 0) and not preemption.is_preempted_status(code, forwarded):
                     message = (f"worker process {process.pid} (rank {first_rank + index}, "
                                f"node {node_rank}) exited with status {code}")
-                    logger.error("agnostic: %s; stopping every process.", message)
                     _tell(links, message)
                     local.stop_processes(processes)
-                    return local.exit_status(code)
+                    return local.exit_status(code), message
             if all(p.poll() is not None for p in processes):  # none failed
                 _tell(links, None)
                 ended = [p.returncode for p in processes if p.returncode != 0]
                 if caught or ended:
-                    return preemption.status(caught[0] if caught else _signal_of(ended[0]))
-                return 0
+                    return preemption.status(caught[0] if caught else _signal_of(ended[0])), None
+                return 0, None
             notice = _listen(links, timeout=0.2)
             if notice:
                 if isinstance(party, rendezvous.Leader):
                     _tell(links, notice)
                 logger.error("agnostic: %s; stopping this node's processes.", notice)
                 local.stop_processes(processes)
-                return 1
+                return 1, None
     except KeyboardInterrupt:
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
         _tell(links, f"node {node_rank} was interrupted")
         local.stop_processes(processes)
-        return 130
+        return 130, None
     finally:
         preemption.restore(previous)
 

@@ -26,6 +26,7 @@ from typing import List, Optional, Tuple
 
 from agnostic import errors
 from agnostic.launch import channel
+from agnostic.launch.address import host_port
 
 logger = logging.getLogger("agnostic")
 
@@ -57,7 +58,7 @@ class Cluster:
         return sum(len(node.ports) for node in self.nodes[:node_rank])
 
     def worker_addresses(self):
-        return [f"{node.host}:{port}" for node in self.nodes for port in node.ports]
+        return [host_port(node.host, port) for node in self.nodes for port in node.ports]
 
 
 def free_ports(count):
@@ -131,7 +132,7 @@ def listen_socket(host, port, listen=None, nnodes=2):
             raise errors.LaunchError(
                 f"Node 0 cannot listen on the master port {port} at {address[0]}: "
                 f"{error}. The port is in use or not allowed; pick a free one with "
-                f"--master {host}:PORT on every node."
+                f"--master {host_port(host, 'PORT')} on every node."
             ) from error
         if (listen is None and nnodes > 1 and not _is_address(host) and host != "localhost"
                 and ipaddress.ip_address(address[0].split("%")[0]).is_loopback):
@@ -150,7 +151,7 @@ def listen_socket(host, port, listen=None, nnodes=2):
 
 
 def _peer(address):
-    return f"{address[0]}:{address[1]}"
+    return host_port(address[0], address[1])
 
 
 @dataclasses.dataclass
@@ -338,8 +339,8 @@ class Member:
                 if str(error) != said:  # once, not at every try
                     said = str(error)
                     logger.warning("agnostic launch: node %d could not join at the "
-                                   "master %s:%d: %s; trying again.", node_rank, host, port,
-                                   error)
+                                   "master %s: %s; trying again.", node_rank,
+                                   host_port(host, port), error)
             except OSError as error:
                 last = error
             left = deadline - time.monotonic()
@@ -348,15 +349,15 @@ class Member:
             time.sleep(min(0.5, left))
         if doubt is not None:
             raise errors.LaunchError(
-                f"Cannot join the master {host}:{port} within {seconds} s; the last answer "
-                f"there: {doubt} (last try: {last}). So it goes when node 0 has another job "
-                "secret, or another process holds that port. Give every node the same "
-                "secret (--secret-file or AGNOSTIC_JOB_SECRET), and check that node 0's "
-                "launcher listens there.")
+                f"Cannot join the master {host_port(host, port)} within {seconds} s; the "
+                f"last answer there: {doubt} (last try: {last}). So it goes when node 0 "
+                "has another job secret, or another process holds that port. Give every "
+                "node the same secret (--secret-file or AGNOSTIC_JOB_SECRET), and check "
+                "that node 0's launcher listens there.")
         raise errors.LaunchError(
-            f"Cannot reach the master {host}:{port} within {seconds} s ({last}). Start "
-            "node 0 first, and check the address, the port and any firewall between "
-            "the nodes.")
+            f"Cannot reach the master {host_port(host, port)} within {seconds} s "
+            f"({last}). Start node 0 first, and check the address, the port and any "
+            "firewall between the nodes.")
 
     def _join(self, deadline):
         until = min(deadline, time.monotonic() + ANSWER_SECONDS)
@@ -367,7 +368,7 @@ class Member:
             connection.sendall(channel.greeting(nonce))
             lines = channel.Lines(connection)
             key = channel.key(self.secret, channel.nonce_of(lines.read(until)), nonce)
-            link = channel.Link(lines, key, channel.MEMBER, f"{self.host}:{self.port}")
+            link = channel.Link(lines, key, channel.MEMBER, host_port(self.host, self.port))
             link.send(self.hello)
             answer = link.receive(until)
         except BaseException:

@@ -1,22 +1,24 @@
 """What `agnostic launch` was asked, checked before anything starts: the
-number of processes (or `auto`), the nodes, the master's address and port,
-and the script or module to run."""
+number of processes (or `auto`), the nodes, the master's address and port
+(IPv6 in brackets: [::1]:29500), torchrun's rendezvous flags, restarts,
+where the output goes, and the script or module to run."""
 import dataclasses
 import importlib
 import importlib.util
 import os
 import shlex
-import socket
 import sys
 
 from agnostic import devices, errors
-from agnostic.launch import local
+from agnostic.launch import output as output_lib
+from agnostic.launch.address import (  # noqa: F401 (free_master_port, parse_master: here too)
+    DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, free_master_port, master_address, parse_master,
+    standalone_master)
 
-TORCH_PORT_OFFSET = 1
-JAX_PORT_OFFSET = 2
-HIGHEST_MASTER_PORT = 65535 - JAX_PORT_OFFSET
-DEFAULT_MASTER_ADDR = "127.0.0.1"
-DEFAULT_MASTER_PORT = 29400
+DEFAULT_RUN_ID = "none"  # torchrun's --rdzv-id
+# torchrun's static rendezvous and its c10d store both mean ours: node 0's
+# launcher at the master address (--master, --rdzv-endpoint).
+RDZV_BACKENDS = ("static", "c10d")
 AUTO = ("auto: for torch one process per CUDA GPU (without GPUs, AGNOSTIC_CPU_DEVICES "
         "when set, else 1); for TensorFlow and JAX 1, as one process uses every "
         "device of its node")
@@ -29,27 +31,83 @@ class Settings:
     nproc: int
     nnodes: int = 1
     node_rank: int = 0
-    host: str = DEFAULT_MASTER_ADDR
+    host: str = DEFAULT_MASTER_ADDR  # an IPv6 address without brackets
     port: int = DEFAULT_MASTER_PORT
+    max_restarts: int = 0
+    run_id: str = DEFAULT_RUN_ID
+    output: output_lib.Output = output_lib.Output()
 
 
 def settings(nproc_per_node="1", nnodes="1", node_rank="0", master=None,
-             master_addr=None, master_port=None, standalone=False):
+             master_addr=None, master_port=None, standalone=False, rdzv_endpoint=None,
+             rdzv_backend=None, rdzv_id=None, max_restarts=None, log_dir=None, tee=None,
+             local_ranks_filter=None):
     """Checks the command line's values (strings, as typed, or ints) before
     any work; raises `LaunchError` naming the flag and what it received.
 
     Example: `settings("2", master_addr="10.0.0.1")` is
-    `Settings(nproc=2, nnodes=1, node_rank=0, host="10.0.0.1", port=29400)`.
+    `Settings(nproc=2, nnodes=1, node_rank=0, host="10.0.0.1", port=29500)`.
     """
     nproc = _nproc(nproc_per_node)
-    nnodes = _whole_number("--nnodes", nnodes, minimum=1)
+    nnodes = _nnodes(nnodes)
     rank = _whole_number("--node-rank", node_rank)
     _check_node_rank(nnodes, rank)
+    _check_backend(rdzv_backend)
     if standalone:
-        host, port = _standalone(nnodes, master, master_addr, master_port)
+        host, port = standalone_master(nnodes, master, master_addr, master_port, rdzv_endpoint)
     else:
-        host, port = master_address(master, master_addr, master_port)
-    return Settings(nproc, nnodes, rank, host, port)
+        host, port = master_address(master, master_addr, master_port, rdzv_endpoint)
+    restarts = _restarts(max_restarts, nnodes)
+    chosen = output_lib.Output(
+        log_dir=output_lib.check_log_dir(log_dir) if log_dir is not None else None,
+        tee=output_lib.parse_tee(tee) if tee is not None else 0,
+        local_ranks=(output_lib.parse_local_ranks(local_ranks_filter, nproc)
+                     if local_ranks_filter is not None else None))
+    return Settings(nproc, nnodes, rank, host, port, restarts, _run_id(rdzv_id), chosen)
+
+
+def _nnodes(value):
+    """--nnodes N, or torchrun's MIN:MAX when both are N (not elastic)."""
+    low, colon, high = (part.strip() for part in str(value).partition(":"))
+    if colon and low != high and low.isdigit() and high.isdigit():
+        raise errors.LaunchError(
+            f"--nnodes {value} asks for an elastic number of nodes (MIN:MAX), which "
+            "agnostic launch does not support: every node must be there from the start. "
+            f"Give one number, such as --nnodes {high}.")
+    return _whole_number("--nnodes", low if colon and low == high else value, minimum=1)
+
+
+def _check_backend(backend):
+    if backend is not None and str(backend).strip().lower() not in RDZV_BACKENDS:
+        raise errors.LaunchError(
+            f"--rdzv-backend {backend} is not supported: agnostic launch meets the "
+            "nodes itself, node 0's launcher listening at the master address "
+            "(--master or --rdzv-endpoint HOST:PORT). Use --rdzv-backend static or "
+            f"c10d (both mean that), or leave it out. Received: --rdzv-backend "
+            f"{_show(backend)}")
+
+
+def _run_id(value):
+    if value is None:
+        return DEFAULT_RUN_ID
+    text = str(value).strip()
+    if not text or "/" in text or text in (".", "..") or "\0" in text:
+        raise errors.LaunchError(
+            "--rdzv-id must be a name for the run, such as --rdzv-id job42 (it names "
+            "the run's folder under --log-dir), without '/'. "
+            f"Received: --rdzv-id {_show(value)}")
+    return text
+
+
+def _restarts(value, nnodes):
+    restarts = _whole_number("--max-restarts", value if value is not None else 0, minimum=0)
+    if restarts and nnodes > 1:
+        raise errors.LaunchError(
+            f"--max-restarts {restarts} restarts the processes of one node, but "
+            f"--nnodes {nnodes} asks for {nnodes}: restarts are supported on one node "
+            "only. Drop --max-restarts with several nodes (a rerun of every node resumes "
+            "from the script's BackupAndRestore backup), or run on one node.")
+    return restarts
 
 
 def _show(value):
@@ -103,96 +161,6 @@ def _check_node_rank(nnodes, node_rank):
             f"--node-rank {node_rank} is out of range for --nnodes {nnodes}: "
             f"use 0 to {nnodes - 1}, node 0 being the one at --master-addr."
         )
-
-
-def parse_master(master):
-    host, _, port = (master or "").rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) <= HIGHEST_MASTER_PORT:
-        raise errors.LaunchError(
-            "--master must be HOST:PORT, the address of node 0 and a free port "
-            f"on it (1 to {HIGHEST_MASTER_PORT}), such as 10.0.0.1:29400. "
-            f"Received: --master {master!r}"
-        )
-    return host, int(port)
-
-
-def parse_port(flag, value):
-    try:
-        port = int(str(value).strip())
-    except ValueError:
-        port = 0
-    if not 0 < port <= HIGHEST_MASTER_PORT:
-        raise errors.LaunchError(
-            f"{flag} must be a free port on node 0, from 1 to {HIGHEST_MASTER_PORT} "
-            "(the launcher also uses PORT+1 for torch and PORT+2 for JAX), such as "
-            f"{DEFAULT_MASTER_PORT}. Received: {flag} {_show(value)}"
-        )
-    return port
-
-
-def master_address(master=None, master_addr=None, master_port=None):
-    """(host, port) of node 0, from --master HOST:PORT or --master-addr and
-    --master-port; both forms may be given only if they agree."""
-    host, port = parse_master(master) if master is not None else (None, None)
-    if master_addr is not None and not str(master_addr).strip():
-        raise errors.LaunchError("--master-addr must be node 0's host name or address, "
-                                 "such as 10.0.0.1. Received: --master-addr ''")
-    address = str(master_addr).strip() if master_addr is not None else None
-    number = parse_port("--master-port", master_port) if master_port is not None else None
-    for flag, alone, within in (("--master-addr", address, host), ("--master-port", number, port)):
-        if alone is not None and within is not None and alone != within:
-            raise errors.LaunchError(
-                f"--master and {flag} name different masters. Give node "
-                "0's address one way: --master-addr HOST --master-port PORT, or "
-                f"--master HOST:PORT. Received: --master {_show(master)} {flag} {_show(alone)}"
-            )
-    return (_first(host, address, DEFAULT_MASTER_ADDR),
-            _first(port, number, DEFAULT_MASTER_PORT))
-
-
-def _first(*values):
-    return next(value for value in values if value is not None)
-
-
-def _standalone(nnodes, master, master_addr, master_port):
-    if nnodes > 1:
-        raise errors.LaunchError(
-            f"--standalone runs a single node, but --nnodes {nnodes} asks for {nnodes}. "
-            "Drop --standalone and start every node with --master-addr (node 0's "
-            "address) and --master-port, or drop --nnodes."
-        )
-    given = [f"{flag} {_show(value)}" for flag, value in (
-        ("--master", master), ("--master-addr", master_addr), ("--master-port", master_port))
-        if value is not None]
-    if given:
-        raise errors.LaunchError(
-            "--standalone chooses the master itself (127.0.0.1 and a free port), so "
-            f"it takes no master address. Received: --standalone {' '.join(given)}. "
-            "Drop --standalone, or the master flags."
-        )
-    return DEFAULT_MASTER_ADDR, free_master_port()
-
-
-def free_master_port(attempts=100):
-    """A free port P with P+1 (torch's store) and P+2 (JAX's coordinator) free too."""
-    for _ in range(attempts):
-        port = local.free_port()
-        if port <= HIGHEST_MASTER_PORT and all(
-                _is_free(port + offset) for offset in (TORCH_PORT_OFFSET, JAX_PORT_OFFSET)):
-            return port
-    raise errors.LaunchError(
-        f"--standalone found no free port P with P+1 and P+2 free too in {attempts} "
-        "tries. Drop --standalone and give one: --master-port PORT."
-    )
-
-
-def _is_free(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def check_command(command):

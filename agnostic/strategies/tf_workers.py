@@ -16,7 +16,7 @@ def strategy(plan):
     else:
         cause = ("TensorFlow was imported before agnostic could make it: import "
                  "agnostic before keras in the script, or set AGNOSTIC_JOIN=1 (and "
-                 "install agnostic with pip, so that its start-up hook runs)")
+                 "install keras-agnostic with pip, so that its start-up hook runs)")
     raise errors.LaunchError(
         f"This process is one of {plan.num_processes} TensorFlow workers "
         f"({plan.environment}), which train with MultiWorkerMirroredStrategy; the "

@@ -43,7 +43,7 @@ class TorchDDPStrategy(base.Strategy):
         group = cluster.job("torch")
         if group is None:
             group = local.launch(self.plan.num_processes, _device_indexes(self.plan))
-        _share_the_cores(group)
+        _share_the_cores(self.plan.threads)
         if not dist.is_initialized():
             on_gpu = torch.cuda.is_available()
             if on_gpu:
@@ -78,20 +78,13 @@ class TorchDDPStrategy(base.Strategy):
         return model
 
 
-def _share_the_cores(group):
-    """One intra-op thread count per process, the cores shared among this
-    machine's processes, unless the user chose one (OMP_NUM_THREADS)."""
+def _share_the_cores(threads):
+    """The plan's intra-op thread count for this process (None: the user's
+    OMP_NUM_THREADS or the engine's default stays)."""
     import torch
 
-    if local.chosen_threads() or getattr(_share_the_cores, "done", False):
-        return
-    threads = local.threads_per_process(group.local_world_size or group.world_size)
-    torch.set_num_threads(threads)
-    _share_the_cores.done = True
-    if group.rank == 0:
-        logger.debug("torch: %d intra-op thread(s) per process, for %d process(es) on "
-                    "this machine; set OMP_NUM_THREADS to choose.", threads,
-                    group.local_world_size or group.world_size)
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def _leave_group():

@@ -5,9 +5,8 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from agnostic import in_place, plan as plan_lib, strategies
+from agnostic import in_place, methods, plan as plan_lib, strategies
 from agnostic.compat import versions
-from agnostic.strategies import base
 
 if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine
     import keras
@@ -72,7 +71,7 @@ def backend_agnostic_compile(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
         sync_batch_norm=sync_batch_norm,
     )
-    return strategy.compile(base.start_again(model), in_place.CompileCall(args, kwargs))
+    return strategy.compile(methods.start_again(model), in_place.CompileCall(args, kwargs))
 
 
 # The keywords backend_agnostic_compile takes itself (the rest go to compile).

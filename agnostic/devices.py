@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 import json
 import os
-from typing import Tuple
+from typing import Sequence, Tuple
 
 from agnostic import errors
 
@@ -283,3 +283,38 @@ def list_devices(backend, environment=None):
     multi-process job this process belongs to (agnostic.cluster), if any."""
     lister = LISTERS.get(backend, _host_only)
     return lister(environment)
+
+
+def choose(found: Sequence[str], gpus, listing):
+    """The device names `gpus` selects, or raises naming what exists."""
+    if gpus is None:
+        return list(found)
+    if isinstance(gpus, int):
+        if gpus > len(found):
+            raise errors.DeviceRequestError(
+                f"gpus={gpus} asks for {gpus} devices, but only {len(found)} "
+                f"exist: {device_names(found)}. Pass gpus=None to use all of them, "
+                f"or a number up to {len(found)}.{cpu_hint(listing)}"
+            )
+        return list(found[:gpus])
+    missing = [d for d in gpus if d >= len(found)]
+    if missing:
+        raise errors.DeviceRequestError(
+            f"gpus={list(gpus)!r} names device id {missing[0]}, which does "
+            f"not exist. The devices are {device_names(found)} (ids 0 to "
+            f"{len(found) - 1}).{cpu_hint(listing)}"
+        )
+    return [found[d] for d in gpus]
+
+
+def device_names(found):
+    return ", ".join(f"{i}: {name}" for i, name in enumerate(found))
+
+
+def cpu_hint(listing):
+    if listing.accelerators:
+        return ""
+    return (
+        " Without accelerators, set AGNOSTIC_CPU_DEVICES=N before starting "
+        "Python to split the CPU into N devices."
+    )

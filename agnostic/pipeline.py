@@ -30,10 +30,10 @@ own data, every process predicts everything: no split to check); `train_on_batch
 `save`, `save_weights` and `export` write atomically on the chief only, each
 followed by a barrier across processes; `load_weights` names a broken file.
 """
-from agnostic import backup, batching, checkpoints, collectives, preemption, sharding
+from agnostic import backup, batching, checkpoints, collectives, methods, preemption
+from agnostic import sharding
 from agnostic.compat import jax_on_batch, keras_fit
 from agnostic.launch import local
-from agnostic.strategies import base
 
 
 class Processes:
@@ -139,11 +139,11 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
 
         return wrapper
 
-    base.wrap_method(model, "fit", fit)
-    base.wrap_method(model, "evaluate", evaluate)
-    base.wrap_method(model, "predict", predict)
+    methods.wrap_method(model, "fit", fit)
+    methods.wrap_method(model, "evaluate", evaluate)
+    methods.wrap_method(model, "predict", predict)
     for method_name in ("train_on_batch", "test_on_batch", "predict_on_batch"):
-        base.wrap_method(model, method_name, on_batch(method_name))
+        methods.wrap_method(model, method_name, on_batch(method_name))
     guard_files(model, processes)
 
 
@@ -199,13 +199,13 @@ def guard_files(model, processes=ONE_PROCESS):
         if hasattr(model, name):
             if processes.is_chief:
                 if name != "export":  # export writes a folder
-                    base.wrap_method(model, name, checkpoints.atomic)
+                    methods.wrap_method(model, name, checkpoints.atomic)
             else:
-                base.wrap_method(model, name, lambda original: _skip)
+                methods.wrap_method(model, name, lambda original: _skip)
             if processes.barrier is not None:
-                base.wrap_method(model, name, _followed_by(processes.barrier))
+                methods.wrap_method(model, name, _followed_by(processes.barrier))
     if hasattr(model, "load_weights"):
-        base.wrap_method(model, "load_weights", checkpoints.checked_load)
+        methods.wrap_method(model, "load_weights", checkpoints.checked_load)
 
 
 def _skip(*args, **kwargs):

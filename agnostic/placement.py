@@ -124,7 +124,7 @@ class Layout:
 def decide(backend, listing, gpus, environment, placements):
     """The devices that run a model's `placements` (see requested) on
     `backend`, or raises before anything starts."""
-    from agnostic import plan as plan_lib
+    from agnostic import devices as devices_lib
 
     found = listing.devices
     labels = {}
@@ -135,7 +135,7 @@ def decide(backend, listing, gpus, environment, placements):
         raise errors.DeviceRequestError(
             f"agnostic.device({missing[0]}) places the call {labels[missing[0]]!r} on "
             f"device id {missing[0]}, which does not exist. The devices are "
-            f"{plan_lib.device_names(found)} (ids 0 to {len(found) - 1}).{plan_lib.cpu_hint(listing)}"
+            f"{devices_lib.device_names(found)} (ids 0 to {len(found) - 1}).{devices_lib.cpu_hint(listing)}"
         )
     world = environment.world_size if environment is not None else listing.num_processes
     if world > 1 and backend != "torch":
@@ -146,7 +146,7 @@ def decide(backend, listing, gpus, environment, placements):
             "torch only so far. Start one process, or build the model without "
             "agnostic.device() to train data-parallel over every process."
         )
-    chosen = plan_lib.choose(found, gpus, listing)
+    chosen = devices_lib.choose(found, gpus, listing)
     ids = sorted(i for i in labels if i != HOST)
     outside = [i for i in ids if found[i] not in chosen]
     if outside:
@@ -244,7 +244,7 @@ def _jax_layout(gpus, placed, spare, on_host):
 
 def describe(backend, listing):
     """What agnostic.device(i) means on `backend` with these devices."""
-    from agnostic import plan as plan_lib
+    from agnostic import devices as devices_lib
 
     strategy = DEVICE_PARALLEL.get(backend)
     if strategy is None:
@@ -252,7 +252,7 @@ def describe(backend, listing):
     last = len(listing.devices) - 1
     ids = "0" if last == 0 else f"0 to {last}"
     said = (f"agnostic.device(i), i in {ids}, runs a layer call on device i "
-            f"({plan_lib.device_names(listing.devices)}), agnostic.device('cpu') on {listing.host}; "
+            f"({devices_lib.device_names(listing.devices)}), agnostic.device('cpu') on {listing.host}; "
             f"strategy {strategy}")
     if backend == "jax":
         said += " (the placed layers laid out over the placed devices)"

@@ -95,6 +95,11 @@ class Plan:
     # the plan line (the user's OMP_NUM_THREADS, cores shared, ...).
     threads: Optional[int] = dataclasses.field(default=None, compare=False)
     threads_reason: str = dataclasses.field(default="", compare=False, repr=False)
+    # The job this process belongs to (an agnostic.cluster.Environment, found
+    # once, here), or None: then the processes a strategy needs, if several,
+    # are started by agnostic (torch-ddp).
+    job: Optional[cluster.Environment] = dataclasses.field(
+        default=None, compare=False, repr=False)
 
     def describe(self):
         devices = ", ".join(self.devices)
@@ -192,7 +197,8 @@ def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False,
     placement.requested), to a Plan naming what will run."""
     check_gpus_type(gpus)
     if placements and backend in placement.DEVICE_PARALLEL:
-        return _placed(backend, listing, gpus, environment, placements, cpu_relocation)
+        plan = _placed(backend, listing, gpus, environment, placements, cpu_relocation)
+        return dataclasses.replace(plan, job=environment)
     plan = _runtime(_decide(backend, listing, gpus, environment), cpu_relocation)
     plan = _threads(plan, listing, environment)
     if placements:
@@ -202,7 +208,7 @@ def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False,
             f"{', '.join(sorted(placement.DEVICE_PARALLEL))} to place layers."))
     if environment is None:
         return plan
-    return dataclasses.replace(plan, environment=environment.name)
+    return dataclasses.replace(plan, environment=environment.name, job=environment)
 
 
 def _placed(backend, listing, gpus, environment, placements, cpu_relocation):
@@ -257,7 +263,7 @@ def _decide(backend, listing, gpus, environment):
         return _single(backend, listing.host, note, warn)
     if listing.num_processes > 1:
         return _spanning(backend, strategy, listing, gpus)
-    chosen = choose(found, gpus, listing)
+    chosen = devices_lib.choose(found, gpus, listing)
     if len(chosen) < 2:
         if gpus is None:
             note = (
@@ -303,7 +309,8 @@ def _spanning(backend, strategy, listing, gpus):
     if asked is not None and asked != len(found):
         raise errors.DeviceRequestError(
             f"This process is one of {listing.num_processes} processes that train "
-            f"together on {len(found)} devices ({device_names(found)}); gpus={gpus!r} asks "
+            f"together on {len(found)} devices ({devices_lib.device_names(found)}); "
+            f"gpus={gpus!r} asks "
             f"for {asked}. Pass gpus=None, or start the processes with "
             f"{asked} devices in all."
         )
@@ -393,41 +400,6 @@ def _count(found, listing):
     if not listing.accelerators and len(found) <= 1:
         return f"no accelerator and one CPU device ({listing.host})"
     return f"{len(found)} device(s): {', '.join(found)}"
-
-
-def choose(found: Sequence[str], gpus, listing):
-    """The device names `gpus` selects, or raises naming what exists."""
-    if gpus is None:
-        return list(found)
-    if isinstance(gpus, int):
-        if gpus > len(found):
-            raise errors.DeviceRequestError(
-                f"gpus={gpus} asks for {gpus} devices, but only {len(found)} "
-                f"exist: {device_names(found)}. Pass gpus=None to use all of them, "
-                f"or a number up to {len(found)}.{cpu_hint(listing)}"
-            )
-        return list(found[:gpus])
-    missing = [d for d in gpus if d >= len(found)]
-    if missing:
-        raise errors.DeviceRequestError(
-            f"gpus={list(gpus)!r} names device id {missing[0]}, which does "
-            f"not exist. The devices are {device_names(found)} (ids 0 to "
-            f"{len(found) - 1}).{cpu_hint(listing)}"
-        )
-    return [found[d] for d in gpus]
-
-
-def device_names(found):
-    return ", ".join(f"{i}: {name}" for i, name in enumerate(found))
-
-
-def cpu_hint(listing):
-    if listing.accelerators:
-        return ""
-    return (
-        " Without accelerators, set AGNOSTIC_CPU_DEVICES=N before starting "
-        "Python to split the CPU into N devices."
-    )
 
 
 def _visible():

@@ -201,6 +201,8 @@ def test_the_plan_names_the_environment():
     assert (chosen.environment, chosen.process_id, chosen.num_processes) == ("slurm", 1, 4)
     assert "environment=slurm" in chosen.describe()
     assert plan.decide("torch", TWO_GPUS).environment == "none"
+    # The job itself travels with the plan: the strategy does not look again.
+    assert chosen.job is SLURM_RANK_1 and plan.decide("torch", TWO_GPUS).job is None
 
 
 def test_tasks_per_node_must_match_the_accelerators():

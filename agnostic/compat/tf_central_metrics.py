@@ -8,7 +8,7 @@ device. Each metric variable gets the engine's own in-place add instead
 handle on it); without it, an error names the Keras version.
 """
 from agnostic.compat import versions
-from agnostic.strategies import base
+from agnostic import methods
 
 
 def update_in_place(model):
@@ -36,7 +36,7 @@ def update_in_place(model):
         return run
 
     for name in ("make_train_function", "make_test_function"):
-        base.wrap_method(model, name, before)
+        methods.wrap_method(model, name, before)
 
 
 def probe(keras):

@@ -12,7 +12,6 @@ shapes and dtypes, so this builds from the distributed dataset's element
 spec and reads nothing. A model without a `call` of its own (a GAN's step
 calls its parts) is not built there, as Keras does without a strategy.
 """
-from agnostic import errors
 from agnostic.compat import versions
 
 
@@ -38,13 +37,7 @@ def build_without_reading(model, strategy, scope=None):
 
 def _check_symbolic_build(model):
     if not callable(getattr(model, "_symbolic_build", None)):
-        import keras
-
-        raise errors.CompatError(
-            "agnostic builds the model from the data's spec through "
-            f"Model._symbolic_build, which Keras {keras.__version__} no longer has. "
-            "Report this Keras version to agnostic."
-        )
+        raise versions.moved("Model._symbolic_build (the model built from the data's spec)")
 
 
 def probe(keras):
@@ -75,13 +68,7 @@ def probe(keras):
 def _element_spec(iterator):
     dataset = getattr(iterator, "_distributed_dataset", None)
     if dataset is None:
-        import keras
-
-        raise errors.CompatError(
-            "agnostic reads the data's spec from the epoch iterator's "
-            f"_distributed_dataset, which Keras {keras.__version__} no longer has. "
-            "Report this Keras version to agnostic."
-        )
+        raise versions.moved("TFEpochIterator._distributed_dataset (the data's spec)")
     return dataset.element_spec
 
 

@@ -48,18 +48,18 @@ def one_device_arithmetic(model, optimizers):
     """`model`'s steps compute one device's losses on their share, and each
     of `optimizers` applies the gradients of the global batch."""
     from agnostic import in_place
-    from agnostic.strategies import base
+    from agnostic import methods
 
     _install()
     for name in STEPS:
-        base.wrap_method(model, name, _recording_share)
+        methods.wrap_method(model, name, _recording_share)
     for tracker in in_place.mean_trackers(model):
-        base.wrap_method(tracker, "update_state", _weighted_when_unweighted)
-    base.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
+        methods.wrap_method(tracker, "update_state", _weighted_when_unweighted)
+    methods.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
     for optimizer in optimizers:
-        base.wrap_method(optimizer, "scale_loss", _weighted_by_share(optimizer))
+        methods.wrap_method(optimizer, "scale_loss", _weighted_by_share(optimizer))
         if "apply" not in getattr(optimizer, "_agnostic_originals", {}):
-            base.wrap_method(optimizer, "apply", _summed_first(optimizer))
+            methods.wrap_method(optimizer, "apply", _summed_first(optimizer))
 
 
 def _recording_share(step):

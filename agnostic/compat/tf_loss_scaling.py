@@ -35,7 +35,7 @@ def own_steps(model):
 def keep_losses_unscaled(model, num_replicas):
     """For a model with steps of its own: losses unscaled in those steps,
     gradients applied in them divided by `num_replicas`."""
-    from agnostic.strategies import base
+    from agnostic import methods
 
     steps = own_steps(model)
     if not steps:
@@ -54,7 +54,7 @@ def keep_losses_unscaled(model, num_replicas):
         return run
 
     for name in steps:
-        base.wrap_method(model, name, unscaled)
+        methods.wrap_method(model, name, unscaled)
     return True
 
 

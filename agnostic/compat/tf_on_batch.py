@@ -22,10 +22,10 @@ FUNCTIONS = {"make_train_function": "train_function",
 
 def split_batches(model, strategy):
     """Every step function `model` makes splits a whole batch it is given."""
-    from agnostic.strategies import base
+    from agnostic import methods
 
     for maker, attribute in FUNCTIONS.items():
-        base.wrap_method(model, maker, _splitting_after(model, attribute, strategy))
+        methods.wrap_method(model, maker, _splitting_after(model, attribute, strategy))
 
 
 def probe(keras):

@@ -7,7 +7,7 @@ is the average over the replicas, whatever the shape. The wrapped methods
 are the documented train_step and test_step.
 """
 from agnostic.compat import versions
-from agnostic.strategies import base
+from agnostic import methods
 
 
 def probe(keras):
@@ -38,4 +38,4 @@ def one_value_per_replica(model):
         return run
 
     for name in ("train_step", "test_step"):
-        base.wrap_method(model, name, reshaped)
+        methods.wrap_method(model, name, reshaped)

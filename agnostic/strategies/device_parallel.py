@@ -11,7 +11,7 @@ moved to its device (an unplaced call's to torch's default device), the
 model's outputs back to where its inputs came from, and each optimizer slot
 is made on its weight's device.
 """
-from agnostic import pipeline, placement
+from agnostic import methods, pipeline, placement
 from agnostic.compat import keras_nodes, keras_variables
 from agnostic.strategies import base
 
@@ -81,8 +81,8 @@ def placed_model(plan, model, compile_call, rank=0):
         def run_of_node(node):
             return _moved_to(devices.get(id(node), default))
 
-        base.wrap_method(model, "call", _outputs_beside_inputs)
-        base.wrap_method(model.optimizer, "add_variable_from_reference", _beside_reference)
+        methods.wrap_method(model, "call", _outputs_beside_inputs)
+        methods.wrap_method(model.optimizer, "add_variable_from_reference", _beside_reference)
     else:
         def run_of_node(node):
             name = devices.get(id(node))

@@ -6,7 +6,7 @@ global batch, and JAX's one program computes on the whole batch.
 """
 import contextlib
 
-from agnostic import collectives, in_place, pipeline
+from agnostic import collectives, in_place, methods, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base
 
@@ -65,7 +65,7 @@ def _save_outside_the_mesh(model):
 
     for name in ("save", "save_weights", "export"):
         if hasattr(model, name):
-            base.wrap_method(model, name, wrap)
+            methods.wrap_method(model, name, wrap)
 
 
 @contextlib.contextmanager

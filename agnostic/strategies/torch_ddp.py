@@ -14,8 +14,8 @@ import datetime
 import logging
 import sys
 
-from agnostic import _startup, batch_norm, batching, cluster, collectives, devices, errors
-from agnostic import in_place, pipeline
+from agnostic import _startup, batch_norm, batching, collectives, devices, errors
+from agnostic import in_place, methods, pipeline
 from agnostic.cluster import torch_join
 from agnostic.compat import torch_batch_norm, torch_keras_ddp
 from agnostic.launch import failures, local
@@ -39,8 +39,9 @@ class TorchDDPStrategy(base.Strategy):
         import torch
         import torch.distributed as dist
 
-        # The scheduler's job (or Ray's group), else processes started here.
-        group = cluster.job("torch")
+        # The scheduler's job (or Ray's group) the plan found, else processes
+        # started here.
+        group = self.plan.job
         if group is None:
             group = local.launch(self.plan.num_processes, _device_indexes(self.plan))
         _share_the_cores(self.plan.threads)
@@ -148,7 +149,7 @@ def _average_moving_statistics(model, world_size):
 
         return run
 
-    base.wrap_method(model, "train_step", step)
+    methods.wrap_method(model, "train_step", step)
 
 
 def _aggregate_metrics(model):
@@ -173,7 +174,7 @@ def _aggregate_metrics(model):
 
         return run
 
-    base.wrap_method(model, "get_metrics_result", wrapper)
+    methods.wrap_method(model, "get_metrics_result", wrapper)
 
 
 def _global_step_logs(model):
@@ -218,7 +219,7 @@ def _global_step_logs(model):
         return run
 
     for name in ("train_step", "test_step"):
-        base.wrap_method(model, name, wrapper)
+        methods.wrap_method(model, name, wrapper)
 
 
 def _same(one, other):

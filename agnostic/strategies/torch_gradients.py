@@ -5,9 +5,9 @@ Used by strategies.torch_ddp (and torch-device-parallel, through it).
 """
 import logging
 
-from agnostic import batching, errors, in_place
+from agnostic import batching, errors, in_place, methods
 from agnostic.compat import torch_empty_share, torch_keras_ddp
-from agnostic.strategies import base, torch_reduce
+from agnostic.strategies import torch_reduce
 
 logger = logging.getLogger("agnostic")
 
@@ -58,19 +58,19 @@ def average(model, world_size, multi_device=False, optimizers=(), by_keras=False
 
         return run
 
-    base.wrap_method(model, "train_step", step)
-    base.wrap_method(model, "test_step", test_step)
+    methods.wrap_method(model, "train_step", step)
+    methods.wrap_method(model, "test_step", test_step)
     for tracker in in_place.mean_trackers(model):
-        base.wrap_method(tracker, "update_state", steps.weighted_update)
+        methods.wrap_method(tracker, "update_state", steps.weighted_update)
     if not by_keras:
-        base.wrap_method(model, "forward", steps.forward)
+        methods.wrap_method(model, "forward", steps.forward)
     # A loss-scale optimizer averages before its inner one sees the gradients.
     inner = {id(getattr(optimizer, "inner_optimizer", None)) for optimizer in optimizers}
     for optimizer in optimizers:
         if id(optimizer) not in inner:
-            base.wrap_method(optimizer, "scale_loss", scale_loss)
+            methods.wrap_method(optimizer, "scale_loss", scale_loss)
             if not by_keras:
-                base.wrap_method(optimizer, "apply", apply)
+                methods.wrap_method(optimizer, "apply", apply)
     model.__dict__["_agnostic_gradients"] = steps  # read by tests and benchmarks
 
 
@@ -263,7 +263,7 @@ def empty_shares(model):
         return run
 
     for name in ("train_step", "test_step"):
-        base.wrap_method(model, name, wrapper)
+        methods.wrap_method(model, name, wrapper)
 
 
 def _weighted_mean(steps, bucket):

@@ -1,0 +1,35 @@
+"""Patching one object's methods, on that instance only (a model, its
+optimizer, a metric): what the strategies and the compat layer wrap, and
+how compiling again starts clean. Imports nothing of agnostic's."""
+import functools
+
+
+def wrap_method(model, name, wrapper):
+    """Replaces `model.name` on this instance by `wrapper(original)`;
+    `unwrap(model)` puts back what was there before agnostic."""
+    original = getattr(model, name)
+    originals = model.__dict__.setdefault("_agnostic_originals", {})
+    originals.setdefault(name, model.__dict__.get(name))  # None: the class's
+    setattr(model, name, functools.wraps(original)(wrapper(original)))
+
+
+def unwrap(model):
+    """Undoes every wrap_method on `model` (compiling again starts clean)."""
+    for name, original in model.__dict__.pop("_agnostic_originals", {}).items():
+        if original is None:
+            model.__dict__.pop(name, None)
+        else:
+            setattr(model, name, original)
+
+
+def start_again(model):
+    """`model` without the wrappers of an earlier backend_agnostic_compile
+    (fine-tuning: freeze layers, compile again), which would otherwise apply
+    twice; its weights, flags and state are its own throughout."""
+    unwrap(model)
+    optimizers = [value for value in vars(model).values()
+                  if "_agnostic_originals" in getattr(value, "__dict__", {})]
+    for optimizer in optimizers + [getattr(o, "inner_optimizer", None) for o in optimizers]:
+        if optimizer is not None:
+            unwrap(optimizer)
+    return model

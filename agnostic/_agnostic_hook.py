@@ -37,6 +37,34 @@ def names_agnostic():
     return re.search(_IMPORTS_AGNOSTIC, source) is not None
 
 
+# AGNOSTIC_WARNINGS=log (set by agnostic for the workers it starts, whose
+# rank 0 shows the same warnings): each line of this process's Python
+# warnings starts with WARNING_MARK, which the reader of its stderr in rank 0
+# (agnostic/launch/output.py, the same mark) takes as "to the log file only".
+WARNINGS_VARIABLE = "AGNOSTIC_WARNINGS"
+WARNING_MARK = "\x1eagnostic-log-only\x1e"
+
+
+def warnings_to_log():
+    """This worker's Python warnings go to its log file, not the terminal
+    (once per process; nothing is dropped)."""
+    import warnings
+
+    if getattr(warnings.showwarning, "to_log", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = warnings.formatwarning(message, category, filename, lineno, line)
+        try:
+            (file or sys.stderr).write(
+                "".join(WARNING_MARK + part for part in text.splitlines(True)))
+        except (AttributeError, OSError, ValueError):  # no stderr: as Python does
+            pass
+
+    show.to_log = True
+    warnings.showwarning = show
+
+
 def in_a_child_process():
     """Whether this is a multiprocessing child (spawn, forkserver) running
     the parent's main script again as __mp_main__: the job's variables that
@@ -84,5 +112,9 @@ if __name__ == "_agnostic_hook":
     try:
         if not any(isinstance(f, _EngineImport) for f in sys.meta_path):
             sys.meta_path.insert(0, _EngineImport())
+        import os
+
+        if os.environ.get(WARNINGS_VARIABLE) == "log":
+            warnings_to_log()
     except Exception:
         pass

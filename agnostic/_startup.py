@@ -375,12 +375,22 @@ def _wanted():
     return values
 
 
+def _warnings_to_log():
+    # The hook beside the package comes from the same wheel; a source
+    # checkout's, in the package, serves where an older copy lies beside it.
+    from agnostic import _agnostic_hook
+
+    getattr(start_hook, "warnings_to_log", _agnostic_hook.warnings_to_log)()
+
+
 def install(imported=False):
     """Arranges the set-up for every engine; safe to call more than once, and
     again once variables have changed (Ray sets TF_CONFIG in a running
     process). `imported`: the program imported agnostic itself."""
     if imported:
         IMPORTED["by"] = "the program"
+    if os.environ.get("AGNOSTIC_WARNINGS") == "log":  # where the hook did not run
+        _warnings_to_log()
     values = _wanted()
     if not values:
         return

@@ -181,8 +181,9 @@ class Workers:
                 MASTER_ADDR=self.group.coordinator, MASTER_PORT=str(self.group.port),
                 # Every process runs the same script in step, so the workers'
                 # warnings (Keras's, agnostic's) repeat rank 0's, once more per
-                # worker: rank 0 says them. Their errors still reach stderr.
-                PYTHONWARNINGS="ignore",
+                # worker: rank 0 says them; the workers' go to their log files
+                # (_agnostic_hook.warnings_to_log). Their errors reach stderr.
+                AGNOSTIC_WARNINGS="log",
             )
             environment.update(devices.thread_variables(world_size))
             environment[failures.REPORTS_VARIABLE] = self.reports

@@ -30,6 +30,9 @@ STREAMS = ("stdout", "stderr")
 TEE_VALUES = ("0", "1", "2", "3")
 TEMPORARY_PREFIX = "agnostic-logs-"
 CLOSE_SECONDS = 5  # for the last lines once the processes have ended
+# A line that starts with it goes to the log file only (a worker's warning
+# that rank 0 shows: the mark _agnostic_hook.warnings_to_log writes).
+LOG_ONLY = b"\x1eagnostic-log-only\x1e"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,12 +230,17 @@ def _copy(pipe, file, console, prefix):
     """Line by line from `pipe` to `file` and the terminal, until the process ends."""
     with pipe, file:
         for line in iter(pipe.readline, b""):
+            log_only = line.startswith(LOG_ONLY)
+            if log_only:
+                line = line[len(LOG_ONLY):]
             if file is not None:
                 try:
                     file.write(line)
                     file.flush()
                 except (OSError, ValueError):  # a full disk: the pipe is still drained
                     file = None
+            if log_only:
+                continue
             if prefix and not line.endswith(b"\n"):
                 line += b"\n"
             console.write(prefix + line)

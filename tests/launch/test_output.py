@@ -214,3 +214,28 @@ def test_a_failing_shim_worker_has_its_last_lines_shown_before_rank_0_exits(tmp_
     assert "(rank 1 of 2) exited with status 3" in result.stderr
     [folder] = temporary_logs(tmp_path)
     assert read(os.path.join(folder, "rank_1", "stderr.log")).endswith("last words\n")
+
+
+SHIM_WARNS = """import os, sys, warnings
+from agnostic.launch import local
+if "RANK" in os.environ:
+    warnings.warn("a warning only the worker gives")
+    sys.stderr.write("an error line of the worker\\n")
+    sys.exit(0)
+local.launch(2)
+warnings.warn("a warning rank 0 gives")
+"""
+
+
+def test_a_shim_workers_warnings_go_to_its_log_file_not_the_terminal(tmp_path):
+    # Each worker runs the script in step with rank 0, which shows the same
+    # warnings: the workers' are kept in their files, not shown again.
+    result = run_shim(tmp_path, "warns.py", SHIM_WARNS)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "UserWarning: a warning rank 0 gives" in result.stderr
+    assert "a warning only the worker gives" not in result.stderr
+    assert "[rank1]: an error line of the worker" in lines(result.stderr)
+    [folder] = temporary_logs(tmp_path)
+    filed = read(os.path.join(folder, "rank_1", "stderr.log"))
+    assert "UserWarning: a warning only the worker gives\n" in filed
+    assert "\x1e" not in filed and "an error line of the worker\n" in filed

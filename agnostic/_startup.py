@@ -376,11 +376,12 @@ def _wanted():
 
 
 def _warnings_to_log():
-    # The hook beside the package comes from the same wheel; a source
-    # checkout's, in the package, serves where an older copy lies beside it.
-    from agnostic import _agnostic_hook
+    show = getattr(start_hook, "warnings_to_log", None)
+    if show is None:  # an older hook beside a source checkout's package
+        from agnostic import _agnostic_hook
 
-    getattr(start_hook, "warnings_to_log", _agnostic_hook.warnings_to_log)()
+        show = _agnostic_hook.warnings_to_log
+    show()
 
 
 def install(imported=False):

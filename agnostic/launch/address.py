@@ -20,7 +20,7 @@ def host_port(host, port):
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-def _show(value):
+def show(value):
     """A value as it was typed on the command line (an empty one as '')."""
     return shlex.quote(str(value))
 
@@ -38,7 +38,7 @@ def parse_master(master, flag="--master"):
             raise errors.LaunchError(
                 f"{flag} {master} is ambiguous: an IPv6 address and its port are written "
                 f"with the address in brackets, such as {flag} [{host}]:{port}. "
-                f"Received: {flag} {_show(master)}")
+                f"Received: {flag} {show(master)}")
     if not host or not port.isdigit() or not 0 < int(port) <= HIGHEST_MASTER_PORT:
         raise errors.LaunchError(
             f"{flag} must be HOST:PORT, the address of node 0 and a free port "
@@ -66,7 +66,7 @@ def parse_port(flag, value):
         raise errors.LaunchError(
             f"{flag} must be a free port on node 0, from 1 to {HIGHEST_MASTER_PORT} "
             "(the launcher also uses PORT+1 for torch and PORT+2 for JAX), such as "
-            f"{DEFAULT_MASTER_PORT}. Received: {flag} {_show(value)}"
+            f"{DEFAULT_MASTER_PORT}. Received: {flag} {show(value)}"
         )
     return port
 
@@ -80,7 +80,7 @@ def _master_addr(value):
         raise errors.LaunchError(
             "--master-addr must be node 0's host name or address, such as 10.0.0.1 or "
             f"::1, without a port (give it with --master-port). Received: --master-addr "
-            f"{_show(value)}")
+            f"{show(value)}")
     return text
 
 
@@ -104,8 +104,8 @@ def master_address(master=None, master_addr=None, master_port=None, rdzv_endpoin
                 raise errors.LaunchError(
                     f"{naming[0][0]} and {other[0]} name different masters. Give node "
                     "0's address one way: --master-addr HOST --master-port PORT, or "
-                    f"--master HOST:PORT. Received: {naming[0][0]} {_show(naming[0][1])} "
-                    f"{other[0]} {_show(other[1])}")
+                    f"--master HOST:PORT. Received: {naming[0][0]} {show(naming[0][1])} "
+                    f"{other[0]} {show(other[1])}")
     host = next((entry[2] for entry in named if entry[2] is not None), DEFAULT_MASTER_ADDR)
     port = next((entry[3] for entry in named if entry[3] is not None), DEFAULT_MASTER_PORT)
     return host, port
@@ -118,7 +118,7 @@ def standalone_master(nnodes, master, master_addr, master_port, rdzv_endpoint=No
             "Drop --standalone and start every node with --master-addr (node 0's "
             "address) and --master-port, or drop --nnodes."
         )
-    given = [f"{flag} {_show(value)}" for flag, value in (
+    given = [f"{flag} {show(value)}" for flag, value in (
         ("--master", master), ("--master-addr", master_addr), ("--master-port", master_port),
         ("--rdzv-endpoint", rdzv_endpoint)) if value is not None]
     if given:

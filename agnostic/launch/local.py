@@ -169,8 +169,7 @@ class Workers:
         chosen = output.Output()  # torchrun's default: the shim takes no flags
         self.logs = output.Folder(chosen)
         ranks = [(rank, local_ranks[rank]) for rank in range(1, world_size)]
-        sys.stderr.write(f"agnostic: {self.logs.notice(chosen, ranks, 'rank_<r>')}.\n")
-        sys.stderr.flush()
+        logger.warning("agnostic: %s.", self.logs.notice(chosen, ranks, "rank_<r>"))
         self.streams = output.Streams(chosen, self.logs.path)
         self.processes = {}
         for rank, local_rank in ranks:

@@ -6,14 +6,13 @@ import dataclasses
 import importlib
 import importlib.util
 import os
-import shlex
 import sys
 
 from agnostic import devices, errors
 from agnostic.launch import output as output_lib
 from agnostic.launch.address import (  # noqa: F401 (free_master_port, parse_master: here too)
     DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, free_master_port, master_address, parse_master,
-    standalone_master)
+    show, standalone_master)
 
 DEFAULT_RUN_ID = "none"  # torchrun's --rdzv-id
 # torchrun's static rendezvous and its c10d store both mean ours: node 0's
@@ -84,7 +83,7 @@ def _check_backend(backend):
             "nodes itself, node 0's launcher listening at the master address "
             "(--master or --rdzv-endpoint HOST:PORT). Use --rdzv-backend static or "
             f"c10d (both mean that), or leave it out. Received: --rdzv-backend "
-            f"{_show(backend)}")
+            f"{show(backend)}")
 
 
 def _run_id(value):
@@ -95,7 +94,7 @@ def _run_id(value):
         raise errors.LaunchError(
             "--rdzv-id must be a name for the run, such as --rdzv-id job42 (it names "
             "the run's folder under --log-dir), without '/'. "
-            f"Received: --rdzv-id {_show(value)}")
+            f"Received: --rdzv-id {show(value)}")
     return text
 
 
@@ -110,11 +109,6 @@ def _restarts(value, nnodes):
     return restarts
 
 
-def _show(value):
-    """A value as it was typed on the command line (an empty one as '')."""
-    return shlex.quote(str(value))
-
-
 def _whole_number(flag, value, minimum=None, alternative=""):
     try:
         number = int(str(value).strip())
@@ -123,7 +117,7 @@ def _whole_number(flag, value, minimum=None, alternative=""):
     if number is None or (minimum is not None and number < minimum):
         at_least = f", at least {minimum}" if minimum is not None else ""
         raise errors.LaunchError(f"{flag} must be a whole number{at_least}{alternative}. "
-                                 f"Received: {flag} {_show(value)}")
+                                 f"Received: {flag} {show(value)}")
     return number
 
 

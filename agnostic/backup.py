@@ -3,7 +3,8 @@
 Keras 3.15's BackupAndRestore writes the weights and then the epoch number in
 place: a kill in between, or during either write, loses the backup or pairs
 new weights with an old epoch. agnostic swaps it, inside `fit` on the models it
-returns, for this callback with the same settings: each backup is a new
+returns, for a subclass holding the same settings (still a BackupAndRestore to
+any code that asks) whose saving and restoring are these: each backup is a new
 weights file written atomically, then a small JSON file naming it, also
 replaced atomically; only then are older weights files removed. Whenever the
 process dies, the JSON names a complete weights file.
@@ -35,18 +36,20 @@ POINTER = restore.POINTER  # the small file naming the newest backup
 def _callback_class():
     import keras
 
-    class AtomicBackupAndRestore(keras.callbacks.Callback):
-        def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True,
-                     is_chief=True):
-            super().__init__()
-            self.backup_dir = backup_dir
-            self.save_freq = save_freq
-            self.delete_checkpoint = delete_checkpoint
-            self.is_chief = is_chief
-            self._epoch = 0
-            self._batches = 0
-            self._resumed = (0, 0)  # (epoch, batch) the backup restored was at
-            self._found = restore.NOTHING  # what on_train_begin found (restore.py)
+    class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+        """Keras's BackupAndRestore with its settings as the user made them
+        (Keras's own __init__ checked them); the writing and reading are ours."""
+
+        @classmethod
+        def taking_over(cls, given, is_chief=True):
+            callback = cls.__new__(cls)
+            callback.__dict__.update(given.__dict__)
+            callback.is_chief = is_chief
+            callback._epoch = 0
+            callback._batches = 0
+            callback._resumed = (0, 0)  # (epoch, batch) the backup restored was at
+            callback._found = restore.NOTHING  # what on_train_begin found (restore.py)
+            return callback
 
         def on_train_begin(self, logs=None):
             # The newest backup any process holds, on every one (restore.py).
@@ -133,7 +136,8 @@ def _write_json(path, state):
 
 def swap_callbacks(callbacks, is_chief=True):
     """`callbacks` with each keras.callbacks.BackupAndRestore swapped for the
-    atomic one (same settings); user subclasses are left as they are."""
+    atomic subclass, with the same settings (the user's object is left as it
+    is); user subclasses are left as they are."""
     try:
         import keras
 
@@ -152,7 +156,6 @@ def swap_callbacks(callbacks, is_chief=True):
                     f"batches. Received: save_freq={callback.save_freq!r}"
                 )
             atomic = atomic or _callback_class()
-            callback = atomic(callback.backup_dir, callback.save_freq,
-                              callback.delete_checkpoint, is_chief)
+            callback = atomic.taking_over(callback, is_chief)
         swapped.append(callback)
     return swapped

@@ -101,6 +101,21 @@ class Plan:
     job: Optional[cluster.Environment] = dataclasses.field(
         default=None, compare=False, repr=False)
 
+    @property
+    def starts_processes(self):
+        """Whether agnostic starts this plan's processes itself: several
+        processes (torch), and no job (a scheduler, a launcher, Ray) that
+        started them."""
+        return self.num_processes > 1 and self.job is None
+
+    @property
+    def process_group(self):
+        """torch's process-group backend for several processes: NCCL across
+        GPUs, gloo on the CPU; None with one process or another engine."""
+        if self.backend != "torch" or self.num_processes < 2:
+            return None
+        return "nccl" if self.devices[0].startswith("cuda") else "gloo"
+
     def describe(self):
         devices = ", ".join(self.devices)
         placed = ""

@@ -126,6 +126,22 @@ if KERAS3:  # Keras 2.2 (keras-mxnet) has no BackupAndRestore
         assert '"epochs": [2, 3]' in again.stdout
         assert models.relative_difference(final_weights(whole), final_weights(broken)) < 1e-5
 
+    def test_the_swapped_backup_is_still_keras_s_with_the_users_settings(tmp_path):
+        # Code that looks for a BackupAndRestore among fit's callbacks still
+        # finds one; the user's own object is left as it was.
+        from agnostic import backup
+
+        given = keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=3,
+                                                 delete_checkpoint=False)
+        history = keras.callbacks.History()
+        swapped, kept = backup.swap_callbacks([given, history], is_chief=False)
+        assert kept is history and swapped is not given
+        assert isinstance(swapped, keras.callbacks.BackupAndRestore)
+        assert (swapped.backup_dir, swapped.save_freq, swapped.delete_checkpoint,
+                swapped.is_chief) == (str(tmp_path), 3, False, False)
+        assert type(given) is keras.callbacks.BackupAndRestore
+        assert not hasattr(given, "is_chief")
+
 
 
 FULL_DISK = """

@@ -205,6 +205,20 @@ def test_the_plan_names_the_environment():
     assert chosen.job is SLURM_RANK_1 and plan.decide("torch", TWO_GPUS).job is None
 
 
+def test_the_plan_says_who_starts_torchs_processes_and_how_they_talk():
+    # Mocked: GPU listings (no GPU here). agnostic starts the processes only
+    # where no job did; NCCL across GPUs, gloo on the CPU.
+    alone = plan.decide("torch", TWO_GPUS)
+    assert (alone.starts_processes, alone.process_group) == (True, "nccl")
+    in_a_job = plan.decide("torch", TWO_GPUS, None, SLURM_RANK_1)
+    assert (in_a_job.starts_processes, in_a_job.process_group) == (False, "nccl")
+    cpus = DeviceListing(("cpu:0", "cpu:1"), "cpu:0", accelerators=False, simulated=True)
+    assert plan.decide("torch", cpus).process_group == "gloo"
+    one = plan.decide("torch", ONE_GPU)
+    assert (one.starts_processes, one.process_group) == (False, None)
+    assert plan.decide("jax", CPUS_2).process_group is None
+
+
 def test_tasks_per_node_must_match_the_accelerators():
     # Two tasks, each seeing its own GPU (--gpus-per-task=1), or both GPUs: fine.
     assert plan.decide("torch", ONE_GPU, None, SLURM_RANK_1).num_replicas == 4

@@ -44,16 +44,16 @@ STEPS = ("train_step", "test_step")
 LOSS_SCALING = ("scale_loss_for_distribution", "unscale_loss_for_distribution")
 
 
-def one_device_arithmetic(model, optimizers):
-    """`model`'s steps compute one device's losses on their share, and each
-    of `optimizers` applies the gradients of the global batch."""
-    from agnostic import in_place
+def one_device_arithmetic(model, optimizers, trackers):
+    """`model`'s steps compute one device's losses on their share, each of
+    `optimizers` applies the gradients of the global batch, and each of
+    `trackers` (the model's mean metrics) weighs a share by its rows."""
     from agnostic import methods
 
     _install()
     for name in STEPS:
         methods.wrap_method(model, name, _recording_share)
-    for tracker in in_place.mean_trackers(model):
+    for tracker in trackers:
         methods.wrap_method(tracker, "update_state", _weighted_when_unweighted)
     methods.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
     for optimizer in optimizers:

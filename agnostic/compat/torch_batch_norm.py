@@ -8,15 +8,14 @@ layer's own statistics, and agnostic warns at compile).
 """
 import warnings
 
-from agnostic import batch_norm, errors
+from agnostic import errors
 from agnostic.compat import versions
 
 
-def synchronize(model, enabled=True):
-    """Every BatchNormalization layer of `model` normalises over the global
-    batch (or, not `enabled`, over this process's share again); returns
-    whether that is now so for every such layer."""
-    found = batch_norm.layers(model)
+def synchronize(found, enabled=True):
+    """Every BatchNormalization layer in `found` (a model's) normalises over
+    the global batch (or, not `enabled`, over this process's share again);
+    returns whether that is now so for every such layer."""
     for layer in found:
         layer.__dict__.pop("_moments", None)  # compiled before
     if not enabled:

@@ -7,13 +7,14 @@ import importlib
 STRATEGIES = {
     "single-device": "agnostic.strategies.single_device:SingleDeviceStrategy",
     "tf-mirrored": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
-    "tf-central-storage": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
-    "tf-multi-worker": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
+    "tf-central-storage": "agnostic.strategies.tf_central_storage:TFCentralStorageStrategy",
+    "tf-multi-worker": "agnostic.strategies.tf_multi_worker:TFMultiWorkerStrategy",
     "jax-data-parallel": "agnostic.strategies.jax_data_parallel:JaxDataParallelStrategy",
     "mxnet-context": "agnostic.strategies.mxnet_context:MxnetContextStrategy",
     "torch-ddp": "agnostic.strategies.torch_ddp:TorchDDPStrategy",
-    "tf-device-parallel": "agnostic.strategies.device_parallel:DeviceParallelStrategy",
-    "torch-device-parallel": "agnostic.strategies.device_parallel:DeviceParallelStrategy",
+    "tf-device-parallel": "agnostic.strategies.tf_device_parallel:TFDeviceParallelStrategy",
+    "torch-device-parallel":
+        "agnostic.strategies.torch_device_parallel:TorchDeviceParallelStrategy",
     "jax-model-parallel": "agnostic.strategies.jax_model_parallel:JaxModelParallelStrategy",
 }
 

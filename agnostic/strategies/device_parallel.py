@@ -1,6 +1,5 @@
-"""tf-device-parallel, torch-device-parallel: each call placed with
-agnostic.device() runs on its device, in one process (torch: or in each of
-several processes, a replica each, gradients averaged as by torch-ddp).
+"""What tf-device-parallel and torch-device-parallel share: each call placed
+with agnostic.device() runs on its device.
 
 Each placed layer's variables are made again (torch: moved) in the device
 scope of its first call, so they live there (a layer called again under
@@ -11,36 +10,8 @@ moved to its device (an unplaced call's to torch's default device), the
 model's outputs back to where its inputs came from, and each optimizer slot
 is made on its weight's device.
 """
-from agnostic import methods, pipeline, placement
+from agnostic import methods, placement
 from agnostic.compat import keras_nodes, keras_variables
-from agnostic.strategies import base
-
-
-class DeviceParallelStrategy(base.Strategy):
-    name = "device-parallel"
-
-    def compile(self, model, call):
-        if self.plan.num_processes > 1:  # torch: replicas of the placed model
-            return _placed_replicas(self).compile(model, call)
-        placed_model(self.plan, model, call)
-        pipeline.wrap(model, 1)
-        return model
-
-
-def _placed_replicas(strategy):
-    """torch-ddp over processes, each training a placed copy on its own
-    devices: the plan's devices are the replicas' in turn."""
-    from agnostic.strategies import torch_ddp
-
-    class PlacedReplicas(torch_ddp.TorchDDPStrategy):
-        multi_device = True
-
-        def replica(self, model, compile_call, rank):
-            return placed_model(self.plan, model, compile_call, rank)
-
-    return PlacedReplicas(strategy.plan, cpu_merge=strategy.cpu_merge,
-                          cpu_relocation=strategy.cpu_relocation,
-                          sync_batch_norm=strategy.sync_batch_norm)
 
 
 def placed_model(plan, model, compile_call, rank=0):

@@ -1,7 +1,9 @@
 """The TensorFlow steps every tf.distribute strategy of agnostic's takes
 (tf-mirrored, tf-central-storage, tf-multi-worker): the program's model
 trains under the strategy itself."""
-from agnostic import batch_norm, in_place
+import contextlib
+
+from agnostic import batch_norm, errors, in_place
 from agnostic.compat import (keras_variables, tf_first_batch, tf_gradients, tf_loss_scaling,
                              tf_on_batch)
 
@@ -18,8 +20,74 @@ def distribute(model, strategy, scope, call, sync_batch_norm, one_device_arithme
     for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
     if one_device_arithmetic:
-        tf_gradients.one_device_arithmetic(model, optimizers)
+        tf_gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model))
     else:  # tf-multi-worker, for now: Keras's arithmetic, losses of own steps kept
         tf_loss_scaling.keep_losses_unscaled(model, strategy.num_replicas_in_sync)
     tf_first_batch.build_without_reading(model, strategy, scope)
     tf_on_batch.split_batches(model, strategy)
+
+
+def users_strategy(plan, wanted, central=False):
+    """The tf.distribute strategy in whose scope the program compiles, when
+    it is a `wanted` (a tf.distribute class) over the plan's replicas (Ray's
+    and TensorFlow's guides make a MultiWorkerMirroredStrategy in the
+    training function): agnostic trains under it rather than beside it.
+    None outside any scope; another kind, or any with `central` (agnostic's
+    CentralStorageStrategy), is an error before anything is built."""
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy():
+        return None
+    current = tf.distribute.get_strategy()
+    if isinstance(current, wanted) and not central \
+            and current.num_replicas_in_sync == plan.num_replicas:
+        return current
+    relocated = " with cpu_relocation=True (a CentralStorageStrategy)" if central else ""
+    raise errors.NotSupportedError(
+        "backend_agnostic_compile was called inside the scope of a "
+        f"{type(current).__name__} over {current.num_replicas_in_sync} replica(s), and "
+        f"this process's plan is {plan.strategy}{relocated} over {plan.num_replicas} "
+        f"replicas ({plan.reason}). Call it outside any strategy scope (agnostic "
+        f"makes the strategy), or in the scope of a {wanted.__name__} over the "
+        "plan's devices (agnostic.resolve().devices)."
+    )
+
+
+@contextlib.contextmanager
+def central_scope(strategy):
+    """The strategy's scope, where layer state updated per step is combined.
+
+    A variable stored once for all devices (or kept the same on every
+    device) is updated from every device, so the engine wants to know how to
+    combine the updates; Keras 3.13-3.16 say
+    "none" for the state a layer updates in its call (batch-normalization
+    statistics, dropout seeds). Those are combined as the mean (floats) or
+    taken from the first device (integer seeds), as MirroredStrategy does.
+    """
+    import tensorflow as tf
+
+    def combined(next_creator, **kwargs):
+        aggregation = kwargs.get("aggregation")
+        if not kwargs.get("trainable", True) and aggregation in (
+            None, tf.VariableAggregation.NONE
+        ):
+            dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
+            kwargs["aggregation"] = (
+                tf.VariableAggregation.MEAN if dtype.is_floating
+                else tf.VariableAggregation.ONLY_FIRST_REPLICA
+            )
+        return next_creator(**kwargs)
+
+    with strategy.scope(), tf.variable_creator_scope(combined):
+        yield
+
+
+_MADE = {}
+
+
+def made_once(key, make):
+    """One strategy per `key` (kind, devices, settings) in a process: a model
+    compiled again (fine-tuning) keeps its variables where they are."""
+    if key not in _MADE:
+        _MADE[key] = make()
+    return _MADE[key]

@@ -42,18 +42,17 @@ class TorchDDPStrategy(base.Strategy):
         # The scheduler's job (or Ray's group) the plan found, else processes
         # started here.
         group = self.plan.job
-        if group is None:
+        if self.plan.starts_processes:
             group = local.launch(self.plan.num_processes, _device_indexes(self.plan))
         _share_the_cores(self.plan.threads)
         if not dist.is_initialized():
-            on_gpu = torch.cuda.is_available()
-            if on_gpu:
+            if self.plan.process_group == "nccl":
                 torch.cuda.set_device(devices.cuda_index(group, torch.cuda.device_count()))
             # Every rank present within AGNOSTIC_JOIN_SECONDS, or an error
             # naming the missing ones; the store listens on the job's address.
             store = torch_join.store(group, _startup.join_seconds())
             dist.init_process_group(
-                "nccl" if on_gpu else "gloo", store=store,
+                self.plan.process_group, store=store,
                 rank=group.rank, world_size=group.world_size,
                 timeout=datetime.timedelta(minutes=10),
             )
@@ -61,7 +60,8 @@ class TorchDDPStrategy(base.Strategy):
             local.report_failures(group.rank)
         model = self.replica(model, call, group.rank)
         torch_reduce.broadcast([v.value for v in model.variables])
-        if not torch_batch_norm.synchronize(model, self.sync_batch_norm):
+        if not torch_batch_norm.synchronize(batch_norm.layers(model),
+                                             self.sync_batch_norm):
             _average_moving_statistics(model, group.world_size)
         by_keras = torch_keras_ddp.keras_averages_gradients(model)
         if by_keras:

@@ -1,10 +1,20 @@
-"""tf-mirrored across several workers: the engine's MultiWorkerMirroredStrategy
-(from TF_CONFIG, made as TensorFlow is imported), and the three places where
-Keras's fit (3.13-3.16) needs help under it.
+"""tf-multi-worker: several processes, each a worker of the engine's
+MultiWorkerMirroredStrategy (from TF_CONFIG, made as TensorFlow is imported),
+and the three places where Keras's fit (3.13-3.16) needs help under it.
 """
 from agnostic import _startup, collectives, errors, pipeline
 from agnostic.compat import tf_worker_logs
-from agnostic.strategies import tf_distribute
+from agnostic.strategies import base, tf_distribute
+
+
+class TFMultiWorkerStrategy(base.Strategy):
+    name = "tf-multi-worker"
+
+    def compile(self, model, call):
+        import tensorflow as tf
+
+        users = tf_distribute.users_strategy(self.plan, tf.distribute.MultiWorkerMirroredStrategy)
+        return compile(self.plan, model, call, self.sync_batch_norm, users)
 
 
 def strategy(plan):

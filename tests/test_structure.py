@@ -1,0 +1,130 @@
+"""The package's shape, read from its source (no engine): which module may
+import which, no circles, and one module per strategy the plan can name.
+
+Every import counts, those inside functions too: a lazy import still ties
+two modules together."""
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "agnostic"
+
+# What each layer may import besides itself. The leaves import nothing of
+# the package's but errors; compat (the engines' internals, version-gated)
+# and cluster (the schedulers' variables) sit on the leaves alone.
+LEAVES = {"agnostic.errors", "agnostic.methods", "agnostic.batching", "agnostic.collectives",
+          "agnostic.checkpoints", "agnostic.devices", "agnostic.launch.channel",
+          "agnostic.launch.failures", "agnostic.strategies.base",
+          "agnostic.strategies.torch_reduce"}
+LAYERS = {
+    "agnostic.compat": LEAVES,
+    "agnostic.cluster": LEAVES,
+}
+# Where a program enters: imported by nothing of the package's but the
+# package's own __init__ (the public API) and the CLI.
+ENTRIES = {"agnostic", "agnostic.compile", "agnostic.cli", "agnostic.report",
+           "agnostic.__main__"}
+# The start-up hook is installed as a top-level module of its own (beside
+# the package, run by its .pth file): it calls into agnostic._startup when an
+# engine is imported, and _startup reads the hook's state. That one edge is
+# the boundary between the hook and the package, not a circle inside it.
+HOOK_CALL = ("agnostic._agnostic_hook", "agnostic._startup")
+
+
+def modules():
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(name, path, known):
+    """The package's modules `name` imports, anywhere in its source."""
+    is_package = path.name == "__init__.py"
+    where = name if is_package else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = where.split(".")[: len(where.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                found.add(target if target in known else base)
+    return {target for target in found if target in known and target != name}
+
+
+def graph():
+    known = modules()
+    edges = {name: imports(name, path, known) for name, path in known.items()}
+    edges[HOOK_CALL[0]].discard(HOOK_CALL[1])
+    return edges
+
+
+def in_layer(name, layer):
+    return name == layer or name.startswith(layer + ".")
+
+
+def test_no_module_reaches_itself_through_its_imports():
+    edges = graph()
+    circles = []
+    for start in edges:
+        path, seen, stack = [], set(), [(start, iter(sorted(edges[start])))]
+        path.append(start)
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop(), path.pop()
+            elif child == start:
+                circles.append(" -> ".join(path + [start]))
+                break
+            elif child not in seen:
+                seen.add(child)
+                stack.append((child, iter(sorted(edges[child]))))
+                path.append(child)
+    assert circles == []
+
+
+def test_each_layer_imports_only_what_lies_below_it():
+    wrong = []
+    for name, targets in graph().items():
+        for layer, allowed in LAYERS.items():
+            if in_layer(name, layer):
+                wrong += [f"{name} imports {target}" for target in targets
+                          if not in_layer(target, layer) and target not in allowed]
+        if name in LEAVES:
+            wrong += [f"{name} imports {target}" for target in targets
+                      if target != "agnostic.errors"]
+        if not in_layer(name, "agnostic.strategies") and name not in ENTRIES:
+            wrong += [f"{name} imports {target}" for target in targets
+                      if in_layer(target, "agnostic.strategies") and target not in LEAVES]
+        if name not in {"agnostic", "agnostic.cli", "agnostic.report", "agnostic.__main__"}:
+            wrong += [f"{name} imports {target}" for target in targets if target in ENTRIES]
+    assert wrong == []
+
+
+def test_every_strategy_the_plan_names_has_a_module_of_its_own():
+    registry = ast.parse((PACKAGE / "strategies" / "__init__.py").read_text())
+    table = next(node.value for node in ast.walk(registry) if isinstance(node, ast.Assign)
+                 and getattr(node.targets[0], "id", None) == "STRATEGIES")
+    strategies = ast.literal_eval(table)
+    assert len(strategies) >= 10
+    targets = [target.split(":")[0] for target in strategies.values()]
+    assert len(set(targets)) == len(targets)  # no module serves two names
+    for name, target in strategies.items():
+        module, class_name = target.split(":")
+        assert module == "agnostic.strategies." + name.replace("-", "_"), name
+        source = ast.parse((PACKAGE / "strategies" / (module.rsplit(".", 1)[1] + ".py"))
+                           .read_text())
+        named = [node for node in source.body
+                 if isinstance(node, ast.ClassDef) and node.name == class_name]
+        assert len(named) == 1, target
+        said = [statement.value.value for statement in named[0].body
+                if isinstance(statement, ast.Assign)
+                and getattr(statement.targets[0], "id", None) == "name"]
+        assert said == [name], target

@@ -18,6 +18,10 @@ import traceback
 
 # The folder where a launched group's processes leave their reports.
 REPORTS_VARIABLE = "AGNOSTIC_FAILURE_REPORTS"
+# The folder where they say they have finished (the shim's workers: the
+# reports folder; agnostic launch's: one of this alone, as their errors go to
+# their own stderr).
+FINISHED_VARIABLE = "AGNOSTIC_FINISHED"
 
 # What the engines' collectives say when the process at the other end ended.
 PEER_SIGNS = (
@@ -93,10 +97,19 @@ def mark_finished(rank):
     left its group cleanly: what happens after that is the interpreter's
     teardown (where torch's gloo threads can still abort the process, a
     known torch problem), not a failure of training."""
-    folder = os.environ.get(REPORTS_VARIABLE)
+    folder = os.environ.get(FINISHED_VARIABLE)
     if folder and os.path.isdir(folder):
         with open(os.path.join(folder, f"finished_{rank}"), "w"):
             pass
+
+
+def status(code, rank, folder):
+    """A worker's exit status `code` as its launcher counts it: killed by a
+    signal after it marked itself finished in `folder`, 0 (its work was done
+    and its group left; torch's teardown aborted it), else `code`."""
+    if code is not None and code < 0 and rank in finished(folder):
+        return 0
+    return code
 
 
 def finished(folder):

@@ -186,6 +186,7 @@ class Workers:
             )
             environment.update(devices.thread_variables(world_size))
             environment[failures.REPORTS_VARIABLE] = self.reports
+            environment[failures.FINISHED_VARIABLE] = self.reports
             self.processes[rank] = self.streams.popen(
                 rank, local_rank, command, env=environment, stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent)
@@ -280,8 +281,7 @@ class Workers:
         after it marked itself finished (failures.mark_finished) counts as 0:
         its work was done and its group left; torch's teardown aborted it."""
         code = self.processes[rank].poll()
-        if code is not None and code < 0 and rank not in self._finished \
-                and rank in failures.finished(self.reports):
+        if rank not in self._finished and code != failures.status(code, rank, self.reports):
             logger.debug("agnostic: rank %d ended with status %d after it had finished "
                          "its work and left the group; counted as finished.", rank, code)
             self._finished.add(rank)

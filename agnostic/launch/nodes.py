@@ -14,12 +14,14 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import time
 
 from agnostic import devices, preemption
-from agnostic.launch import local, output, rendezvous, secret
+from agnostic.launch import failures, local, output, rendezvous, secret
 from agnostic.launch.address import JAX_PORT_OFFSET, TORCH_PORT_OFFSET, host_port
 from agnostic.launch.settings import check_command
 
@@ -75,12 +77,15 @@ def run(command, launch, secret_file=None, listen_addr=None):
                 party, cluster = _meet(launch, secret_file, listen_addr)
             streams = output.Streams(launch.output, logs and os.path.join(
                 logs.path, f"attempt_{attempt}"))
+            finished = tempfile.mkdtemp(prefix="agnostic-finished-")
             try:
-                processes = [_start(command, cluster, launch, local_rank, streams, attempt)
-                             for local_rank in range(launch.nproc)]
-                status, failure = _supervise(processes, first, party, launch.node_rank)
+                processes = [_start(command, cluster, launch, local_rank, streams, attempt,
+                                    finished) for local_rank in range(launch.nproc)]
+                status, failure = _supervise(processes, first, party, launch.node_rank,
+                                             finished)
             finally:
                 streams.close()
+                shutil.rmtree(finished, ignore_errors=True)
             if failure is None:
                 return status
             if attempt + 1 < attempts:
@@ -125,20 +130,24 @@ def _meet(launch, secret_file=None, listen_addr=None):
     return party, party.gather()
 
 
-def _start(command, cluster, launch, local_rank, streams, attempt=0):
+def _start(command, cluster, launch, local_rank, streams, attempt=0, finished=None):
     variables = environment(cluster, launch.node_rank, local_rank, launch.host, launch.port)
     # As torchrun says them (not TORCHELASTIC_RUN_ID: agnostic would take the
     # processes for torchrun's).
     variables.update(TORCHELASTIC_RESTART_COUNT=str(attempt),
                      TORCHELASTIC_MAX_RESTARTS=str(launch.max_restarts))
+    if finished:  # where a worker says it finished its work (failures.mark_finished)
+        variables[failures.FINISHED_VARIABLE] = finished
     rank = cluster.first_rank(launch.node_rank) + local_rank
     return streams.popen(rank, local_rank, [sys.executable] + list(command),
                          env=dict(os.environ, **variables), preexec_fn=local._die_with_parent)
 
 
-def _supervise(processes, first_rank, party, node_rank):
+def _supervise(processes, first_rank, party, node_rank, finished=None):
     """Watches this node's processes until they end; returns the node's status
-    and, when one of them failed, what failed (else None).
+    and, when one of them failed, what failed (else None). A process killed
+    by a signal after it said in `finished` that its work was done (torch's
+    gloo threads can abort a process in the interpreter's teardown) ended well.
 
     SIGTERM (and AGNOSTIC_PREEMPT_SIGNAL) is passed on to them: they stop
     after the same step (agnostic/preemption.py; their collectives carry the
@@ -162,17 +171,19 @@ def _supervise(processes, first_rank, party, node_rank):
     try:
         while True:
             forwarded = caught[0] if caught else None
-            for index, process in enumerate(processes):
-                code = process.poll()
+            codes = [failures.status(process.poll(), first_rank + index, finished)
+                     if finished else process.poll()
+                     for index, process in enumerate(processes)]
+            for index, (process, code) in enumerate(zip(processes, codes)):
                 if code not in (None, 0) and not preemption.is_preempted_status(code, forwarded):
                     message = (f"worker process {process.pid} (rank {first_rank + index}, "
                                f"node {node_rank}) exited with status {code}")
                     _tell(links, message)
                     local.stop_processes(processes)
                     return local.exit_status(code), message
-            if all(p.poll() is not None for p in processes):  # none failed
+            if all(code is not None for code in codes):  # none failed
                 _tell(links, None)
-                ended = [p.returncode for p in processes if p.returncode != 0]
+                ended = [code for code in codes if code != 0]
                 if caught or ended:
                     return preemption.status(caught[0] if caught else _signal_of(ended[0])), None
                 return 0, None

@@ -43,3 +43,26 @@ def test_a_signal_death_is_a_cause_named_by_its_signal():
     killed = failures.from_status(1, -9)
     assert killed.own and killed.summary == "killed by signal SIGKILL"
     assert failures.from_status(1, 3).summary == "exited with status 3"
+
+
+# Each process aborts (SIGABRT) as it ends, as torch's gloo threads can in
+# the interpreter's teardown; those that first said their work was done
+# (torch-ddp says so once it has left its process group) ended well.
+ABORTS = """import os, sys
+from agnostic.launch import failures
+rank = int(os.environ["RANK"])
+if sys.argv[1] == "every" or rank == 0:
+    failures.mark_finished(rank)
+os.abort()
+"""
+
+
+def test_a_process_aborted_after_it_finished_its_work_ended_well(tmp_path):
+    from tests.launch.launching import launch
+
+    (tmp_path / "aborts.py").write_text(ABORTS)
+    code, _, err = launch(tmp_path, "--nproc-per-node", "2", "aborts.py", "every")
+    assert code == 0, err
+    code, _, err = launch(tmp_path, "--nproc-per-node", "2", "aborts.py", "rank 0")
+    assert code != 0 and "(rank 1, node 0) exited with status -6" in err, err
+    assert "(rank 0, node 0)" not in err

@@ -9,7 +9,6 @@ import sys
 import time
 
 import numpy as np
-import pytest
 
 from tests import models
 from tests.jobs import finish
@@ -203,10 +202,6 @@ def test_batch_normalization_over_two_nodes_uses_the_global_batch(tmp_path):
     assert report["replica_spread"] == 0.0  # every process's moving statistics alike
 
 
-# Alone (tox: -m serial): four processes and two launchers, killed and
-# resumed; beside another test under -n 2 a worker of the resumed run has
-# aborted in torch's gloo teardown in CI (twice, never here in 16 runs).
-@pytest.mark.serial
 def test_nodes_without_a_shared_disk_resume_from_the_chiefs_backup(tmp_path):
     # Each node backs up to a folder of its own, as machines without a shared
     # disk do: after the kill only the chief's folder holds a backup, and every

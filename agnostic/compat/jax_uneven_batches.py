@@ -10,22 +10,39 @@ out copied on every device instead: the compiled step then computes one
 device's arithmetic on the whole batch, BatchNormalization and every loss
 included (the work is not shared for that batch). Only the distributions
 agnostic made are changed: under any other, or none, Keras's function runs
-as it is. With several processes each process feeds its own part of the
-batch, which cannot be copied whole: there the batches are checked instead
-(pipeline.wrap).
+as it is; and Keras's function is replaced only while a call of such a
+model runs (compat/scoped.py). With several processes each process feeds its
+own part of the batch, which cannot be copied whole: there the batches are
+checked instead (pipeline.wrap).
 """
-from agnostic.compat import versions
+import contextlib
+
+from agnostic.compat import scoped, versions
 
 MARK = "_agnostic_uneven_batches"
 
 
 def allow(distribution):
     """Makes `distribution` (a keras.distribution agnostic made, one process)
-    take batches of any size."""
+    take batches of any size in its scope; returns the factory of that scope
+    (what the model's fit, evaluate and predict run in)."""
+    _module()  # a CompatError now, not in fit
     setattr(distribution, MARK, True)
+
+    @contextlib.contextmanager
+    def scope():
+        with distribution.scope(), _PATCHES.active():
+            yield
+
+    return scope
+
+
+def _replacements():
     module = _module()
-    if not getattr(module.distribute_data_input, MARK, False):
-        module.distribute_data_input = _copied_when_uneven(module.distribute_data_input)
+    yield module, "distribute_data_input", _copied_when_uneven(module.distribute_data_input)
+
+
+_PATCHES = scoped.Patches(_replacements)
 
 
 def _module():
@@ -80,7 +97,6 @@ def _copied_when_uneven(original):
         copied = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         return jax.device_put(per_process_batch, copied)
 
-    setattr(distribute_data_input, MARK, True)
     return distribute_data_input
 
 

@@ -31,14 +31,18 @@ Inside the steps of a model agnostic compiled:
 - sparse gradients are the replicas' slices together, as one device's lookup
   gives them, except that a lookup whose indices are the same on every
   replica (one shared by the whole batch) has its slices summed, row by row.
+
+The module functions this changes (Keras's loss scaling, TensorFlow's
+`maybe_merge_call`) are replaced only while such a step runs
+(compat/scoped.py); the methods, on the model's and its optimizers'
+instances only (agnostic/methods.py).
 """
 import threading
 
 from agnostic import errors
-from agnostic.compat import versions
+from agnostic.compat import scoped, versions
 
 _step = threading.local()  # replicas trace their steps on threads of their own
-_original = {}
 
 STEPS = ("train_step", "test_step")
 LOSS_SCALING = ("scale_loss_for_distribution", "unscale_loss_for_distribution")
@@ -50,7 +54,7 @@ def one_device_arithmetic(model, optimizers, trackers):
     `trackers` (the model's mean metrics) weighs a share by its rows."""
     from agnostic import methods
 
-    _install()
+    loss_scaling(LOSS_SCALING[0])  # a CompatError now, not in the first step
     for name in STEPS:
         methods.wrap_method(model, name, _recording_share)
     for tracker in trackers:
@@ -67,7 +71,8 @@ def _recording_share(step):
         previous = getattr(_step, "rows", None), getattr(_step, "weighted", None)
         _step.rows, _step.weighted = _rows(data), set()
         try:
-            return step(data, *args, **kwargs)
+            with _PATCHES.active():
+                return step(data, *args, **kwargs)
         finally:
             _step.rows, _step.weighted = previous
 
@@ -253,22 +258,22 @@ def _same(first, other):
     )
 
 
-def _install():
+def _replacements():
+    """What the steps need replaced while they run (compat/scoped.py)."""
     import tensorflow as tf
     from keras.src.losses import loss as losses
 
-    if _original:
-        return
     # Keras's TensorFlow optimizer reaches the update through
     # `maybe_merge_call`, which assumes a replica context; the rest of an
     # `apply` made summed runs in the cross-replica one, where the update
     # is called directly (the engine's own function fails there).
     interim = tf.__internal__.distribute.interim
-    _original["maybe_merge_call"] = interim.maybe_merge_call
-    interim.maybe_merge_call = _direct_across_replicas(interim.maybe_merge_call)
+    yield interim, "maybe_merge_call", _direct_across_replicas(interim.maybe_merge_call)
     for name in LOSS_SCALING:
-        _original[name] = loss_scaling(name)
-        setattr(losses, name, _skipped_in_steps(_original[name]))
+        yield losses, name, _skipped_in_steps(loss_scaling(name))
+
+
+_PATCHES = scoped.Patches(_replacements)
 
 
 def loss_scaling(name):
@@ -289,7 +294,7 @@ def loss_scaling(name):
 
 
 def probe(keras):
-    """What `_install` and the wrapped steps rely on (agnostic/compat/registry.py):
+    """What `_replacements` and the wrapped steps rely on (agnostic/compat/registry.py):
     Keras's loss scaling functions, which leave a loss as it is outside a
     strategy; TensorFlow's `maybe_merge_call(fn, strategy, ...)`; and the
     optimizer methods wrapped, with the parameters the wrappers pass."""

@@ -8,16 +8,17 @@ back (`unscale_loss_for_distribution`); a step written as the Keras guide
 shows does not, and its loss tracker reports 1/N of one device's loss. So
 within the steps of a model whose class writes its own, the losses stay as
 one device computes them, and every optimizer the step applies gradients
-with divides them by N instead (`BaseOptimizer.apply`, gated to those
-steps): the same update, and the numbers a user tracks are one device's.
+with divides them by N instead (`apply` on the model's optimizers'
+instances, gated to those steps): the same update, and the numbers a user
+tracks are one device's. Keras's loss scaling functions are replaced only
+while such a step runs (compat/scoped.py).
 """
 import threading
 
-from agnostic.compat import versions
+from agnostic.compat import scoped, versions
 from agnostic.compat.tf_gradients import LOSS_SCALING, loss_scaling
 
 _inside = threading.local()  # replicas trace their steps on threads of their own
-_original = {}
 
 STEPS = ("train_step", "test_step")
 
@@ -32,22 +33,24 @@ def own_steps(model):
             if getattr(type(model), name) is not getattr(keras.Model, name)]
 
 
-def keep_losses_unscaled(model, num_replicas):
+def keep_losses_unscaled(model, num_replicas, optimizers):
     """For a model with steps of its own: losses unscaled in those steps,
-    gradients applied in them divided by `num_replicas`."""
+    gradients applied in them by each of `optimizers` (the model's, a GAN's
+    two, a loss-scale optimizer's inner one) divided by `num_replicas`, once."""
     from agnostic import methods
 
     steps = own_steps(model)
     if not steps:
         return False
-    _install()
+    loss_scaling(LOSS_SCALING[0])  # a CompatError now, not in the first step
 
     def unscaled(step):
         def run(*args, **kwargs):
             _inside.depth = getattr(_inside, "depth", 0) + 1
             _inside.replicas = num_replicas
             try:
-                return step(*args, **kwargs)
+                with _PATCHES.active():
+                    return step(*args, **kwargs)
             finally:
                 _inside.depth -= 1
 
@@ -55,6 +58,8 @@ def keep_losses_unscaled(model, num_replicas):
 
     for name in steps:
         methods.wrap_method(model, name, unscaled)
+    for optimizer in optimizers:
+        methods.wrap_method(optimizer, "apply", _averaged)
     return True
 
 
@@ -62,27 +67,21 @@ def _active():
     return getattr(_inside, "depth", 0) > 0
 
 
-def _install():
+def _replacements():
     from keras.src.losses import loss as losses
-    from keras.src.optimizers import base_optimizer
 
-    if _original:
-        return
     for name in LOSS_SCALING:
-        _original[name] = loss_scaling(name)
-        setattr(losses, name, _skipped_inside_own_steps(_original[name]))
-    # Every optimizer a step applies gradients with (the model's, a GAN's
-    # two, a loss-scale optimizer's inner one) divides them, once.
-    optimizer_class = base_optimizer.BaseOptimizer
-    _original["apply"] = optimizer_class.apply
-    optimizer_class.apply = _averaged(optimizer_class.apply)
+        yield losses, name, _skipped_inside_own_steps(loss_scaling(name))
+
+
+_PATCHES = scoped.Patches(_replacements)
 
 
 def probe(keras):
-    """What `_install` and `own_steps` rely on (agnostic/compat/registry.py):
+    """What the replacements and `own_steps` rely on (agnostic/compat/registry.py):
     Keras's loss scaling functions, each called with the loss alone;
     `BaseOptimizer.apply(grads, trainable_variables)`, which the wrapper
-    replaces; and Keras's own model having no steps of its own."""
+    calls; and Keras's own model having no steps of its own."""
     from keras.src.optimizers import base_optimizer
 
     for name in LOSS_SCALING:
@@ -96,13 +95,13 @@ def probe(keras):
 
 
 def _averaged(apply):
-    def run(self, grads, trainable_variables=None):
+    def run(grads, trainable_variables=None):
         if not _active() or getattr(_inside, "dividing", False):
-            return apply(self, grads, trainable_variables)
+            return apply(grads, trainable_variables)
         _inside.dividing = True
         try:
             grads = [_divide(g, _inside.replicas) for g in grads]
-            return apply(self, grads, trainable_variables)
+            return apply(grads, trainable_variables)
         finally:
             _inside.dividing = False
 

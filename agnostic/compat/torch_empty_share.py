@@ -11,25 +11,25 @@ its (zero) gradient and the processes' reductions stay matched. This holds
 for the compiled loss (Keras's own steps) and for a loss object a step of
 the program's own calls (`self.loss_fn(y, y_pred)`). The step's weight,
 rows / every process's rows, is 0 there anyway (strategies.torch_gradients).
-Elsewhere Keras's function runs as it is.
+Elsewhere Keras's function runs as it is: it is replaced only while such a
+step runs (compat/scoped.py).
 """
 import contextlib
 import threading
 
-from agnostic.compat import versions
+from agnostic.compat import scoped, versions
 
 _state = threading.local()
-MARK = "_agnostic_empty_share"
 
 
 @contextlib.contextmanager
 def when(empty):
     """Within: Keras's losses over no rows are 0, if `empty`."""
-    _install()
     previous = getattr(_state, "empty", False)
     _state.empty = bool(empty)
     try:
-        yield
+        with _PATCHES.active():
+            yield
     finally:
         _state.empty = previous
 
@@ -60,11 +60,9 @@ def probe(keras):
                     "keras.src.losses.loss.reduce_values returning a 1-element loss's value")
 
 
-def _install():
+def _replacements():
     module = _module()
     original = module.reduce_values
-    if getattr(original, MARK, False):
-        return
 
     def reduce_values(values, *args, **kwargs):
         if getattr(_state, "empty", False) and getattr(values, "shape", None) is not None \
@@ -72,5 +70,7 @@ def _install():
             return values.sum()
         return original(values, *args, **kwargs)
 
-    setattr(reduce_values, MARK, True)
-    module.reduce_values = reduce_values
+    yield module, "reduce_values", reduce_values
+
+
+_PATCHES = scoped.Patches(_replacements)

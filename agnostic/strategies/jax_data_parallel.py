@@ -29,9 +29,8 @@ class JaxDataParallelStrategy(base.Strategy):
         # Keras shards each batch by the distribution active at call time, so
         # each call runs under this model's own one (several may coexist).
         if plan.num_processes == 1:  # batches of any size (compat.jax_uneven_batches)
-            jax_uneven_batches.allow(distribution)
-            pipeline.wrap(model, plan.num_replicas, scope=distribution.scope,
-                          even_shares=False)
+            pipeline.wrap(model, plan.num_replicas,
+                          scope=jax_uneven_batches.allow(distribution), even_shares=False)
             return model
         processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                        barrier=_barrier, share=collectives.jax_share)

@@ -38,8 +38,8 @@ class JaxModelParallelStrategy(base.Strategy):
         distribution = keras.distribution.ModelParallel(layout_map=layout_map,
                                                         batch_dim_name=BATCH)
         in_place.compile_in(model, distribution.scope(), call)
-        jax_uneven_batches.allow(distribution)
-        pipeline.wrap(model, plan.num_replicas, scope=distribution.scope, even_shares=False)
+        pipeline.wrap(model, plan.num_replicas, scope=jax_uneven_batches.allow(distribution),
+                      even_shares=False)
         return model
 
 

@@ -22,7 +22,7 @@ def distribute(model, strategy, scope, call, sync_batch_norm, one_device_arithme
     if one_device_arithmetic:
         tf_gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model))
     else:  # tf-multi-worker, for now: Keras's arithmetic, losses of own steps kept
-        tf_loss_scaling.keep_losses_unscaled(model, strategy.num_replicas_in_sync)
+        tf_loss_scaling.keep_losses_unscaled(model, strategy.num_replicas_in_sync, optimizers)
     tf_first_batch.build_without_reading(model, strategy, scope)
     tf_on_batch.split_batches(model, strategy)
 

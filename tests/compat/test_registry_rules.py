@@ -12,7 +12,7 @@ import agnostic
 from agnostic import errors
 from agnostic.compat import registry, versions
 
-NOT_ENTRIES = {"versions", "registry"}
+NOT_ENTRIES = {"versions", "registry", "scoped"}  # the helpers the entries share
 KNOWN_ENGINES = {"tensorflow", "jax", "torch", "mxnet"}
 
 

@@ -79,15 +79,20 @@ def test_a_batch_that_does_not_divide_runs_whole_only_under_agnostics_distributi
     from agnostic.compat import jax_uneven_batches
 
     ours = keras.distribution.DataParallel(devices=jax.devices()[:2])
-    jax_uneven_batches.allow(ours)
+    in_ours = jax_uneven_batches.allow(ours)
     keras_own = keras.distribution.DataParallel(devices=jax.devices()[:2])
-    lay_out = jax_uneven_batches._module().distribute_data_input
-    for distribution, rows, whole in ((ours, 3, True), (ours, 4, False), (keras_own, 4, False)):
-        with distribution.scope():
+    module = jax_uneven_batches._module()
+    keras_function = module.distribute_data_input
+    for scope, distribution, rows, whole in ((in_ours, ours, 3, True), (in_ours, ours, 4, False),
+                                             (keras_own.scope, keras_own, 4, False)):
+        with scope():
             batch = np.zeros((rows, 2), "float32")
-            laid = lay_out(batch, distribution.get_data_layout(batch.shape), "batch")
+            laid = module.distribute_data_input(batch, distribution.get_data_layout(batch.shape),
+                                                "batch")
         assert laid.sharding.is_fully_replicated is whole
         assert len(laid.sharding.device_set) == 2
+    # Keras's own function outside our scope, and Keras's refusal under its own.
+    assert module.distribute_data_input is keras_function
     with keras_own.scope(), pytest.raises(ValueError):
         batch = np.zeros((3, 2), "float32")
-        lay_out(batch, keras_own.get_data_layout(batch.shape), "batch")
+        module.distribute_data_input(batch, keras_own.get_data_layout(batch.shape), "batch")

@@ -292,3 +292,33 @@ def test_an_optimizer_built_and_excluding_weights_from_decay_trains_as_on_one_de
     actual = trained(lambda model, **kwargs: agnostic.backend_agnostic_compile(
         model, gpus=2, **kwargs))
     assert models.relative_difference(expected, actual) < 1e-5
+
+
+def test_the_engines_functions_are_replaced_only_while_a_step_runs():
+    # compat/scoped.py: Keras's loss scaling and TensorFlow's maybe_merge_call
+    # are agnostic's inside its steps (as they are traced) and the engines'
+    # own everywhere else, after training too.
+    from keras.src.losses import loss as losses
+
+    interim = tf.__internal__.distribute.interim
+
+    def current():
+        return (losses.scale_loss_for_distribution, losses.unscale_loss_for_distribution,
+                interim.maybe_merge_call)
+
+    own, seen = current(), []
+
+    class Probe(keras.layers.Layer):
+        def call(self, inputs):
+            seen.append(current() == own)
+            return inputs
+
+    template = keras.Sequential([keras.Input((4,)), Probe(), keras.layers.Dense(2)])
+    model = agnostic.backend_agnostic_compile(template, optimizer=keras.optimizers.SGD(0.1),
+                                              loss="mse", gpus=2)
+    x, y = np.ones((16, 4), "float32"), np.zeros((16, 2), "float32")
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert False in seen  # replaced inside the step
+    assert current() == own
+    model.evaluate(x, y, batch_size=8, verbose=0)
+    assert current() == own

@@ -250,11 +250,15 @@ def test_a_keras_loss_over_an_empty_share_is_zero_only_within_such_a_step():
     # compat.torch_empty_share: Keras's loss of no rows is an empty tensor,
     # which backward refuses; in a step whose share is empty it is 0, joined
     # to the outputs (a zero gradient); elsewhere Keras's own, unchanged.
+    from keras.src.losses import loss as losses
+
     from agnostic.compat import torch_empty_share
 
+    keras_own = losses.reduce_values
     loss = keras.losses.SparseCategoricalCrossentropy()
     outputs = torch.zeros((0, 3), requires_grad=True)
     with torch_empty_share.when(True):
+        assert losses.reduce_values is not keras_own
         inside = loss(torch.zeros((0,), dtype=torch.int64), torch.softmax(outputs, -1))
         one_row = loss(torch.zeros((1,), dtype=torch.int64), torch.full((1, 3), 1 / 3))
     outside = loss(torch.zeros((0,), dtype=torch.int64), torch.softmax(outputs, -1))
@@ -263,3 +267,4 @@ def test_a_keras_loss_over_an_empty_share_is_zero_only_within_such_a_step():
     assert outputs.grad is not None and outputs.grad.shape == (0, 3)
     assert float(one_row) == pytest.approx(np.log(3), rel=1e-5)  # a row: Keras's own
     assert tuple(outside.shape) == (0,)  # Keras's own, unchanged outside such a step
+    assert losses.reduce_values is keras_own  # put back: nothing left replaced

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import json
+import warnings
 
 import pytest
 
@@ -64,16 +65,76 @@ def run_script(path, *arguments, env=None, timeout=600, check=True):
     last stdout line, the whole stdout and stderr (`check`: a failure raises)."""
     environ = dict(os.environ, **(env or {}))
     environ = {key: value for key, value in environ.items() if value is not None}
-    result = subprocess.run(
-        [sys.executable, path] + [str(a) for a in arguments], env=environ,
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-    )
+    command = [sys.executable, path] + [str(a) for a in arguments]
+    result = subprocess.run(command, env=environ, capture_output=True, text=True,
+                            timeout=timeout, cwd=ROOT)
+    if result.returncode != 0 and xla_cpu_rendezvous_abort(result.stderr):
+        warnings.warn(f"{path}: XLA's in-process collectives on simulated CPU devices "
+                      "aborted (a rendezvous timed out); run again once. See "
+                      "docs/guarantees.md.", RuntimeWarning)
+        result = subprocess.run(command, env=environ, capture_output=True, text=True,
+                                timeout=timeout, cwd=ROOT)
     if check and result.returncode != 0:
         raise AssertionError(
             f"{path} failed ({result.returncode}):\n{result.stdout[-5000:]}\n{result.stderr[-5000:]}"
         )
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else None, result.stdout, result.stderr
+
+
+# Where plain runs are kept for the session (the `plain_runs` fixture): one
+# folder shared by the run's workers (pytest-xdist), under pytest's own
+# temporary folder, which pytest removes in later sessions.
+PLAIN_RUNS = []
+# The harness's variables for agnostic's run only (tests/programs/harness.py):
+# a plain run is the same whatever they say.
+AGNOSTIC_ONLY = ("AGNOSTIC_TEST_REPLICAS", "AGNOSTIC_TEST_SYNC_BATCH_NORM")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def plain_runs(tmp_path_factory):
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    PLAIN_RUNS[:] = [shared / "plain-runs"]
+    PLAIN_RUNS[0].mkdir(exist_ok=True)
+    return PLAIN_RUNS[0]
+
+
+def run_plain(script, folder, env=None):
+    """A program's plain run (`model.compile` on one device) into `folder`.
+    Programs are deterministic, so a run with the same program and variables
+    is made once per session and its files copied: several tests compare
+    agnostic's runs (2 or 4 replicas, other settings of agnostic's) with the
+    same plain run."""
+    import fcntl
+    import hashlib
+    import shutil
+
+    env = {key: value for key, value in (env or {}).items() if key not in AGNOSTIC_ONLY}
+    if not PLAIN_RUNS:
+        return run_script(script, "plain", folder, env=env)
+    key = hashlib.sha256(json.dumps([script, sorted(env.items())]).encode()).hexdigest()[:16]
+    kept = PLAIN_RUNS[0] / key
+    with open(PLAIN_RUNS[0] / (key + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be making it
+        if not (kept / "done").exists():
+            shutil.rmtree(kept, ignore_errors=True)
+            kept.mkdir()
+            run_script(script, "plain", kept, env=env)
+            (kept / "done").touch()
+    for path in kept.iterdir():
+        if path.name != "done":
+            shutil.copy(path, os.path.join(str(folder), path.name))
+
+
+def xla_cpu_rendezvous_abort(stderr):
+    """Whether a JAX process ended in XLA:CPU's own abort of an in-process
+    collective whose participants never all arrived (rendezvous.cc's
+    "Termination timeout"). Seen once in CI (Keras 3.15, jax 0.10, 4 simulated
+    devices on 2 busy cores) and never in 22 runs here: an engine fault of
+    simulated devices, not a difference agnostic makes; the run is repeated
+    once, with a warning, and must then pass as any other."""
+    return "rendezvous" in stderr and "Termination timeout for" in stderr
 
 
 def alive(pid):

@@ -37,3 +37,29 @@ def test_the_public_api_is_typed():
                    if parameter.annotation is inspect.Parameter.empty]
         assert not untyped, (function.__name__, untyped)
         assert signature.return_annotation is not inspect.Signature.empty, function.__name__
+
+
+def test_the_test_environments_engines_are_compiled_to_bytecode():
+    # tox.ini sets PYTHONDONTWRITEBYTECODE (the checkout stays clean), so an
+    # installer that writes no bytecode (uv, unless UV_COMPILE_BYTECODE=1, as
+    # .ci/run sets it) leaves every test's processes compiling Keras and its
+    # engine from source at each import: tens of seconds of CI per minute.
+    import importlib.util
+    import os
+    import sys
+
+    import pytest
+
+    if not os.environ.get("TOX_ENV_NAME"):
+        pytest.skip("checks tox's environments (TOX_ENV_NAME is not set)")
+    sources = [name for name in ("keras", os.environ.get("KERAS_BACKEND"), "numpy")
+               if name and importlib.util.find_spec(name) is not None]
+    if not sources:
+        pytest.skip("no engine in this environment")
+    missing = []
+    for name in sources:
+        origin = pathlib.Path(importlib.util.find_spec(name).origin)
+        if not pathlib.Path(importlib.util.cache_from_source(str(origin))).exists():
+            missing.append(f"{name} ({origin})")
+    assert not missing, (f"no bytecode beside {missing} in {sys.prefix}: install with "
+                         "`UV_COMPILE_BYTECODE=1` (uv) or pip")

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from tests.conftest import engine_or_skip, run_script
+from tests.conftest import engine_or_skip, run_plain, run_script
 
 keras = engine_or_skip()
 
@@ -21,7 +21,10 @@ def run_both(name, folder, env=None, both=False):
     script = os.path.join(PROGRAMS, name + ".py")
     results = {}
     for mode in ("plain", "agnostic"):
-        run_script(script, mode, folder, env=env if mode == "agnostic" or both else None)
+        if mode == "plain":
+            run_plain(script, folder, env=env if both else None)
+        else:
+            run_script(script, mode, folder, env=env)
         with open(os.path.join(folder, mode + ".json")) as handle:
             report = json.load(handle)
         weights = np.load(os.path.join(folder, mode + ".npz"))

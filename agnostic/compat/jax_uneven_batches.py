@@ -39,7 +39,7 @@ def allow(distribution):
 
 def _replacements():
     module = _module()
-    yield module, "distribute_data_input", _copied_when_uneven(module.distribute_data_input)
+    yield module, "distribute_data_input", _copied_when_uneven
 
 
 _PATCHES = scoped.Patches(_replacements)

@@ -268,9 +268,10 @@ def _replacements():
     # `apply` made summed runs in the cross-replica one, where the update
     # is called directly (the engine's own function fails there).
     interim = tf.__internal__.distribute.interim
-    yield interim, "maybe_merge_call", _direct_across_replicas(interim.maybe_merge_call)
+    yield interim, "maybe_merge_call", _direct_across_replicas
     for name in LOSS_SCALING:
-        yield losses, name, _skipped_in_steps(loss_scaling(name))
+        loss_scaling(name)  # there, or a CompatError naming the Keras version
+        yield losses, name, _skipped_in_steps
 
 
 _PATCHES = scoped.Patches(_replacements)

@@ -71,7 +71,8 @@ def _replacements():
     from keras.src.losses import loss as losses
 
     for name in LOSS_SCALING:
-        yield losses, name, _skipped_inside_own_steps(loss_scaling(name))
+        loss_scaling(name)  # there, or a CompatError naming the Keras version
+        yield losses, name, _skipped_inside_own_steps
 
 
 _PATCHES = scoped.Patches(_replacements)

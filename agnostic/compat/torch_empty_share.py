@@ -61,16 +61,17 @@ def probe(keras):
 
 
 def _replacements():
-    module = _module()
-    original = module.reduce_values
+    yield _module(), "reduce_values", _summed_when_empty
 
+
+def _summed_when_empty(original):
     def reduce_values(values, *args, **kwargs):
         if getattr(_state, "empty", False) and getattr(values, "shape", None) is not None \
                 and 0 in tuple(values.shape):
             return values.sum()
         return original(values, *args, **kwargs)
 
-    yield module, "reduce_values", reduce_values
+    return reduce_values
 
 
 _PATCHES = scoped.Patches(_replacements)

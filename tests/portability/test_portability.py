@@ -33,7 +33,13 @@ print(json.dumps({{"whole": model.predict(x, batch_size=16, verbose=0).tolist(),
 """
 
 
-@pytest.fixture(scope="module", params=["tensorflow", "torch"])
+# Two at a time (tox: -n 2 --dist loadgroup): each source engine's loads run
+# on one worker, so that each trains its checkpoint once.
+SOURCES = [pytest.param(engine, marks=pytest.mark.xdist_group(engine))
+           for engine in ("tensorflow", "torch")]
+
+
+@pytest.fixture(scope="module", params=SOURCES)
 def trained(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     run_script(SCRIPT, "callbacks", 2, folder,

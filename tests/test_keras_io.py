@@ -66,7 +66,7 @@ def test_lambda_layers_and_a_layer_without_config(replicas, tmp_path):
 
 @pytest.mark.skipif(not HAS_TENSORFLOW, reason="Keras's preprocessing layers adapt "
                     "and look up through TensorFlow, which this environment lacks; the "
-                    "portability environment runs this test on JAX and torch")
+                    "`together` environment runs this test on JAX and torch")
 def test_structured_data_keeps_the_adapted_preprocessing(tmp_path):
     replicas = "2"
     plain, agnostic = run_both("structured_data", tmp_path, env=replicas_env(replicas))
@@ -155,7 +155,7 @@ def test_vae_with_add_loss_in_a_layer_and_a_compiled_loss(tmp_path):
 
 @pytest.mark.skipif(not HAS_TENSORFLOW, reason="keras-hub's fit reads arrays through "
                     "tf.data (or grain), and this environment has neither; the "
-                    "portability environment runs this test on JAX and torch")
+                    "`together` environment runs this test on JAX and torch")
 def test_a_keras_hub_task_model_built_from_its_config(tmp_path):
     plain, agnostic = run_both("keras_hub_model", tmp_path)
     assert_same_training(plain, agnostic)

@@ -43,13 +43,13 @@ def _own_moments(layer):
 def probe(keras):
     """What the replaced moments rely on (agnostic/compat/registry.py): a
     built layer's `_moments(inputs, mask)` returning the batch's (mean,
-    variance), its `_reduction_axes` and `axis`; and torch's all-reduce
-    that autograd goes back through."""
+    variance), its `_reduction_axes` and `axis`; and torch's all-reduce,
+    which _summed (an autograd function) calls both ways."""
     import torch
-    import torch.distributed.nn.functional as distributed
+    import torch.distributed as distributed
 
     versions.expect(callable(getattr(distributed, "all_reduce", None)),
-                    "torch.distributed.nn.functional.all_reduce (torch)")
+                    "torch.distributed.all_reduce (torch)")
     layer = keras.layers.BatchNormalization()
     layer.build((None, 3))
     moments = _own_moments(layer)
@@ -66,7 +66,6 @@ def probe(keras):
 
 def _global_moments(layer, own_moments):
     import torch
-    import torch.distributed.nn.functional as distributed
 
     def moments(inputs, mask):
         if mask is not None:
@@ -85,10 +84,43 @@ def _global_moments(layer, own_moments):
         ])
         # An all-reduce that autograd goes back through: each process's
         # gradient then includes what its samples did to the others' losses.
-        total = distributed.all_reduce(local)
+        total = _summed(local)
         channels = (total.shape[0] - 1) // 2
         mean = total[:channels] / total[-1]
         variance = total[channels:2 * channels] / total[-1] - torch.square(mean)
         return mean, variance
 
     return moments
+
+
+_SUM = []  # the autograd function, made once torch is imported
+
+
+def _summed(local):
+    """`local` summed over every process, as an autograd function: each
+    process's loss depends on the sum, so the gradient that reaches `local` is
+    the sum of every process's gradient of the sum (torch's deprecated
+    torch.distributed.nn.functional.all_reduce did the same, with a
+    FutureWarning at each call). Tensors on torch's "meta" device (Keras's
+    symbolic build) hold no values: nothing is sent for them."""
+    import torch
+    import torch.distributed as dist
+
+    if not _SUM:
+        def all_reduced(tensor):
+            total = tensor.clone(memory_format=torch.contiguous_format)
+            if not total.is_meta:
+                dist.all_reduce(total)
+            return total
+
+        class Sum(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, tensor):
+                return all_reduced(tensor)
+
+            @staticmethod
+            def backward(ctx, gradient):
+                return all_reduced(gradient)
+
+        _SUM.append(Sum)
+    return _SUM[0].apply(local)

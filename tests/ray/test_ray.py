@@ -24,9 +24,6 @@ import pytest
 from tests import models
 from tests.conftest import ROOT
 
-# Its worker under `pytest -n 2 --dist loadgroup` (tests/schedulers/__init__.py).
-pytestmark = pytest.mark.xdist_group("torchrun-and-ray")
-
 JOB = os.path.join("tests", "ray", "train_job.py")
 WORKERS = 2
 ENGINES = ("torch", "tensorflow")

@@ -1,12 +1,6 @@
 """Real schedulers for tests: a local SLURM cluster (`slurm`) and Open MPI's mpirun (`openmpi`).
 
 Both are installed with apt-get when missing (root only). The two helpers here are shared by them.
-
-The `together` tox environment runs these tests beside tests/ray, two at a time
-(`pytest -n 2 --dist loadgroup`): much of a job's time is SLURM's and Ray's own
-waiting, not computing. Each test module names its worker (`xdist_group`): those that start
-the local SLURM cluster or install with apt-get share one, so that one cluster serves them
-all and no two installs meet; torchrun's and Ray's run on the other.
 """
 import os
 import shutil

@@ -19,9 +19,6 @@ from tests import models
 from tests.conftest import ROOT
 from tests.schedulers.test_training import DEVICES, ENGINES, srun, variables
 
-# Its worker under `pytest -n 2 --dist loadgroup` (tests/schedulers/__init__.py).
-pytestmark = pytest.mark.xdist_group("slurm-and-mpirun")
-
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "preempt.py")
 
 

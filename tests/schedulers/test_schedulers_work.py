@@ -4,13 +4,8 @@ import os
 import sys
 import time
 
-import pytest
-
 from tests.conftest import alive
 from tests.schedulers import slurm
-
-# Its worker under `pytest -n 2 --dist loadgroup` (tests/schedulers/__init__.py).
-pytestmark = pytest.mark.xdist_group("slurm-and-mpirun")
 
 # One short line per variable ("rank name=value"), each written by one system call: srun cuts
 # lines longer than 1 KiB, and mpirun gives the ranks a terminal, where print() writes in pieces;

@@ -11,9 +11,6 @@ from agnostic.launch.local import free_port
 from tests import jobs
 from tests.schedulers.test_training import DEVICES, variables
 
-# Its worker under `pytest -n 2 --dist loadgroup` (tests/schedulers/__init__.py).
-pytestmark = pytest.mark.xdist_group("torchrun-and-ray")
-
 ENGINES = ("tensorflow", "jax", "torch")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 

@@ -10,9 +10,6 @@ import pytest
 from tests import jobs
 from tests.conftest import ROOT
 
-# Its worker under `pytest -n 2 --dist loadgroup` (tests/schedulers/__init__.py).
-pytestmark = pytest.mark.xdist_group("slurm-and-mpirun")
-
 ENGINES = ("tensorflow", "jax", "torch")
 # Devices per process: JAX splits each process's CPU in two.
 DEVICES = {"tensorflow": 1, "jax": 2, "torch": 1}

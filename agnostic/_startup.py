@@ -243,6 +243,18 @@ def _join_jax(jax, environment):
         jax.distributed.initialize(
             coordinator_address=coordinator, num_processes=size, process_id=rank,
             local_device_ids=local_devices, initialization_timeout=seconds + 10, **options)
+    except Exception as error:  # JAX's XlaRuntimeError: said plainly when it is the port
+        if rank == 0 and "failed to start rpc server" in str(error).lower():
+            where = options.get("coordinator_bind_address", coordinator)
+            raise errors.LaunchError(
+                f"agnostic: JAX process 0 of {size} (from {environment.name}) could not "
+                f"listen on {where} for the job's coordinator, so nothing was trained: "
+                "another process holds that port. The port comes from MASTER_PORT, or, "
+                "where it is not set, from the job's id. Set MASTER_PORT to a port that "
+                "is free on the first node, the same for every process of the job "
+                f"(JAX's coordinator takes it, or the one after it under torchrun). "
+                f"JAX said: {error}") from None
+        raise
     finally:
         _stop(watchdog)
 

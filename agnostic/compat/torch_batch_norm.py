@@ -6,6 +6,7 @@ Keras 3.13-3.16 compute a BatchNormalization layer's batch statistics in
 model agnostic trains, for calls without a mask (a masked call keeps the
 layer's own statistics, and agnostic warns at compile).
 """
+import functools
 import warnings
 
 from agnostic import errors
@@ -93,9 +94,6 @@ def _global_moments(layer, own_moments):
     return moments
 
 
-_SUM = []  # the autograd function, made once torch is imported
-
-
 def _summed(local):
     """`local` summed over every process, as an autograd function: each
     process's loss depends on the sum, so the gradient that reaches `local` is
@@ -103,24 +101,28 @@ def _summed(local):
     torch.distributed.nn.functional.all_reduce did the same, with a
     FutureWarning at each call). Tensors on torch's "meta" device (Keras's
     symbolic build) hold no values: nothing is sent for them."""
+    return _sum_function().apply(local)
+
+
+@functools.lru_cache(maxsize=None)
+def _sum_function():
+    """The autograd function, made once torch is imported."""
     import torch
     import torch.distributed as dist
 
-    if not _SUM:
-        def all_reduced(tensor):
-            total = tensor.clone(memory_format=torch.contiguous_format)
-            if not total.is_meta:
-                dist.all_reduce(total)
-            return total
+    def all_reduced(tensor):
+        total = tensor.clone(memory_format=torch.contiguous_format)
+        if not total.is_meta:
+            dist.all_reduce(total)
+        return total
 
-        class Sum(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, tensor):
-                return all_reduced(tensor)
+    class Sum(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, tensor):
+            return all_reduced(tensor)
 
-            @staticmethod
-            def backward(ctx, gradient):
-                return all_reduced(gradient)
+        @staticmethod
+        def backward(ctx, gradient):
+            return all_reduced(gradient)
 
-        _SUM.append(Sum)
-    return _SUM[0].apply(local)
+    return Sum

@@ -210,12 +210,16 @@ def test_one_devices_gradient_arithmetic(clip, replicas, tmp_path):
 
 
 # JAX on 4 devices: 4.4e-3 from one device, as with Keras's own DataParallel
-# without agnostic (README, "Known differences"): 2 devices there.
+# without agnostic (docs/guarantees.md): 2 devices there.
 @pytest.mark.parametrize("replicas", ["2", "4"] if ENGINE == "tensorflow" else ["2"])
 def test_digits_convnet_with_batch_normalization(replicas, tmp_path):
     # The whole digits (1,497 training rows: the epoch ends on a batch of
-    # 25, shares of 13 and 12).
-    env = replicas_env(replicas)
+    # 25, shares of 13 and 12). torch: 613 training rows (the last batch 5,
+    # shares of 3 and 2). Over the whole digits a MaxPooling window's choice
+    # can flip on a rounding difference of a process's half batch, on some
+    # CPUs (5.6e-3 on an AMD EPYC; 1.2e-7 with AveragePooling2D instead:
+    # docs/guarantees.md).
+    env = replicas_env(replicas, **({"PROGRAM_ROWS": "913"} if ENGINE == "torch" else {}))
     plain, agnostic = run_both("digits_cnn", tmp_path, env=env, both=True)
     assert_same_training(plain, agnostic)
     assert_same_history(plain, agnostic, tolerance=1e-4)

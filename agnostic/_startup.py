@@ -217,11 +217,18 @@ def _join_jax(jax, environment):
     seconds, size, rank = join_seconds(), environment.world_size, environment.rank
     coordinator = listen.host_port(environment.coordinator, environment.engine_port)
     options = {}
-    if rank == 0 and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS") and \
-            "coordinator_bind_address" in inspect.signature(jax.distributed.initialize).parameters:
-        options["coordinator_bind_address"] = listen.host_port(
-            listen.local_address(environment.coordinator, "the coordinator's address"),
-            environment.engine_port)
+    if rank == 0 and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        address = listen.local_address(environment.coordinator, "the coordinator's address")
+        bind = listen.host_port(address, environment.engine_port)
+        # A port another process holds, said before JAX tries it: JAX raises
+        # a bare "Failed to start RPC server", or, where the holder shares
+        # ports as gRPC servers do (SO_REUSEPORT), waits for its bound.
+        holding = listen.held(address, environment.engine_port)
+        if holding is not None:
+            raise _port_held(bind, size, environment, holding)
+        if "coordinator_bind_address" in inspect.signature(
+                jax.distributed.initialize).parameters:
+            options["coordinator_bind_address"] = bind
     reach = listen.resolved([coordinator])
 
     def message():
@@ -246,17 +253,20 @@ def _join_jax(jax, environment):
     except Exception as error:  # JAX's XlaRuntimeError: said plainly when it is the port
         if rank == 0 and "failed to start rpc server" in str(error).lower():
             where = options.get("coordinator_bind_address", coordinator)
-            raise errors.LaunchError(
-                f"agnostic: JAX process 0 of {size} (from {environment.name}) could not "
-                f"listen on {where} for the job's coordinator, so nothing was trained: "
-                "another process holds that port. The port comes from MASTER_PORT, or, "
-                "where it is not set, from the job's id. Set MASTER_PORT to a port that "
-                "is free on the first node, the same for every process of the job "
-                f"(JAX's coordinator takes it, or the one after it under torchrun). "
-                f"JAX said: {error}") from None
+            raise _port_held(where, size, environment, f"JAX said: {error}") from None
         raise
     finally:
         _stop(watchdog)
+
+
+def _port_held(where, size, environment, cause):
+    return errors.LaunchError(
+        f"agnostic: JAX process 0 of {size} (from {environment.name}) could not "
+        f"listen on {where} for the job's coordinator, so nothing was trained: "
+        f"another process holds that port ({cause}). The port comes from MASTER_PORT, "
+        "or, where it is not set, from the job's id. Set MASTER_PORT to a port that "
+        "is free on the first node, the same for every process of the job "
+        "(JAX's coordinator takes it, or the one after it under torchrun).")
 
 
 def _pin_torch(torch, environment):

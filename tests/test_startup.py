@@ -290,6 +290,39 @@ def test_a_program_that_uses_agnostic_joins_the_schedulers_job(tmp_path, way):
             assert words in result.stderr
 
 
+@pytest.mark.skipif(ENGINE != "jax", reason="JAX's coordinator: TensorFlow's workers and "
+                    "torch's store listen elsewhere (tests/cluster)")
+@pytest.mark.parametrize("shared", [False, True], ids=["plain", "reuseport"])
+def test_a_coordinator_port_another_process_holds_is_named_before_jax_tries_it(
+        tmp_path, shared):
+    # Task 0 of `srun -n2`, whose port (MASTER_PORT here) another process of
+    # the machine holds: a clear error naming the port and the fix, before
+    # JAX starts. A holder that shares its port (SO_REUSEPORT, as gRPC
+    # servers do: another job's JAX coordinator, Ray's) is where JAX 0.10
+    # waits for its bound instead of raising "Failed to start RPC server".
+    import socket
+
+    script = tmp_path / "train.py"
+    script.write_text("import jax\nimport agnostic\njax.devices()\nprint('trained')\n")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        if shared:
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        began = time.monotonic()
+        result = python([str(script)], **srun_task(SLURM_PROCID="0", SLURM_LOCALID="0",
+                                                   MASTER_PORT=str(port),
+                                                   AGNOSTIC_JOIN_SECONDS="60"))
+        took = time.monotonic() - began
+    assert result.returncode != 0 and "trained" not in result.stdout
+    assert f"could not listen on 127.0.0.1:{port} for the job's coordinator" in result.stderr, \
+        result.stderr[-3000:]
+    assert "Address already in use" in result.stderr
+    assert "Set MASTER_PORT to a port that is free on the first node" in result.stderr
+    assert took < 60  # said at once, not at the join's bound
+
+
 # Variables that appear in a running process, after the engine was imported:
 # as Ray's TensorflowTrainer sets TF_CONFIG in its workers; Keras's variables
 # for JAX. This process is task 1 of 2; task 0 never starts.

@@ -80,6 +80,23 @@ def listen_socket(host, port, variable):
     return listener
 
 
+def held(address, port):
+    """Why another process holds `port` on this machine's `address` (the
+    error binding it gave), or None when it is free. A port that only
+    lingers after a closed connection (TIME_WAIT) counts as free, as it does
+    for the engines' listeners."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind((address, port))
+        return None
+    except OSError as error:
+        return error
+    finally:
+        probe.close()
+
+
 def host_port(address, port):
     bare = ":" in address and not address.startswith("[")
     return f"[{address}]:{port}" if bare else f"{address}:{port}"

@@ -79,10 +79,10 @@ def run(command, launch, secret_file=None, listen_addr=None):
                 logs.path, f"attempt_{attempt}"))
             finished = tempfile.mkdtemp(prefix="agnostic-finished-")
             try:
-                processes = [_start(command, cluster, launch, local_rank, streams, attempt,
-                                    finished) for local_rank in range(launch.nproc)]
-                status, failure = _supervise(processes, first, party, launch.node_rank,
-                                             finished)
+                status, failure = _supervise(
+                    lambda local_rank: _start(command, cluster, launch, local_rank, streams,
+                                              attempt, finished),
+                    launch.nproc, first, party, launch.node_rank, finished)
             finally:
                 streams.close()
                 shutil.rmtree(finished, ignore_errors=True)
@@ -143,9 +143,10 @@ def _start(command, cluster, launch, local_rank, streams, attempt=0, finished=No
                          env=dict(os.environ, **variables), preexec_fn=local._die_with_parent)
 
 
-def _supervise(processes, first_rank, party, node_rank, finished=None):
-    """Watches this node's processes until they end; returns the node's status
-    and, when one of them failed, what failed (else None). A process killed
+def _supervise(start, count, first_rank, party, node_rank, finished=None):
+    """Starts this node's `count` processes (`start(local_rank)`) and watches
+    them until they end; returns the node's status and, when one of them
+    failed, what failed (else None). A process killed
     by a signal after it said in `finished` that its work was done (torch's
     gloo threads can abort a process in the interpreter's teardown) ended well.
 
@@ -154,21 +155,29 @@ def _supervise(processes, first_rank, party, node_rank, finished=None):
     stop to the other nodes' processes, whose launchers need no message) and
     end with status 128 + the signal's number, which is then this node's: a
     preempted process is no failure, and the others are left to finish
-    their step and backup."""
+    their step and backup. The signal is handled from before the first
+    process starts: one that comes while they start reaches each of them."""
     links = rendezvous.links_of(party) if party is not None else []
-    caught = []
+    caught, processes = [], []
 
-    def forward(signum, frame):
-        caught.append(signum)
-        for process in processes:
+    def send(signum, to):
+        for process in to:
             if process.poll() is None:
                 try:
                     process.send_signal(signum)
                 except OSError:
                     pass
 
+    def forward(signum, frame):
+        caught.append(signum)
+        send(signum, processes)
+
     previous = preemption.handle(forward)
     try:
+        for local_rank in range(count):
+            processes.append(start(local_rank))
+            if caught:  # it came before this one was in the list
+                send(caught[0], processes[-1:])
         while True:
             forwarded = caught[0] if caught else None
             codes = [failures.status(process.poll(), first_rank + index, finished)

@@ -36,10 +36,10 @@ def local_address(host, variable):
             f"it would listen. Expected this machine's name or address. Received: "
             f"{variable}={host}") from error
     addresses = []
-    for family, _, _, _, address in found:
+    for _, _, _, _, address in found:
         if address[0] not in addresses:
             addresses.append(address[0])
-            if _bindable(family, address[0]):
+            if held(address[0], 0) is None:
                 if not chosen and _is_loopback(address[0]) and not _names_loopback(host):
                     logger.warning(
                         "agnostic: the coordinator %s (%s) is %s on this machine, a loopback "
@@ -52,8 +52,7 @@ def local_address(host, variable):
             f"{LISTEN_VARIABLE} must be an address of this machine (rank 0's), or 0.0.0.0 "
             f"for every interface. Received: {LISTEN_VARIABLE}={chosen}")
     route = _route_to(addresses[0]) if addresses else None
-    if route is None or not _bindable(socket.AF_INET6 if ":" in route else socket.AF_INET,
-                                      route):
+    if route is None or held(route, 0) is not None:
         raise errors.LaunchError(
             f"Rank 0 cannot listen at the coordinator's address {host} "
             f"({', '.join(addresses)}): not an address of this machine. Start rank 0 "
@@ -100,17 +99,6 @@ def held(address, port):
 def host_port(address, port):
     bare = ":" in address and not address.startswith("[")
     return f"[{address}]:{port}" if bare else f"{address}:{port}"
-
-
-def _bindable(family, address):
-    probe = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        probe.bind((address, 0))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 def _is_loopback(address):

@@ -82,22 +82,25 @@ def run_script(path, *arguments, env=None, timeout=600, check=True):
     return json.loads(lines[-1]) if lines else None, result.stdout, result.stderr
 
 
-# Where plain runs are kept for the session (the `plain_runs` fixture): one
+# Where runs made once are kept for the session (the `kept_runs` fixture): one
 # folder shared by the run's workers (pytest-xdist), under pytest's own
 # temporary folder, which pytest removes in later sessions.
-PLAIN_RUNS = []
+KEPT_RUNS = []
 # The harness's variables for agnostic's run only (tests/programs/harness.py):
 # a plain run is the same whatever they say.
 AGNOSTIC_ONLY = ("AGNOSTIC_TEST_REPLICAS", "AGNOSTIC_TEST_SYNC_BATCH_NORM")
 
 
 @pytest.fixture(scope="session", autouse=True)
-def plain_runs(tmp_path_factory):
+def kept_runs(tmp_path_factory):
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    PLAIN_RUNS[:] = [shared / "plain-runs"]
-    PLAIN_RUNS[0].mkdir(exist_ok=True)
-    return PLAIN_RUNS[0]
+    KEPT_RUNS[:] = [shared / "kept-runs"]
+    KEPT_RUNS[0].mkdir(exist_ok=True)
+    yield KEPT_RUNS[0]
+    from tests import warm
+
+    warm.stop()
 
 
 def run_plain(script, folder, env=None):
@@ -106,25 +109,44 @@ def run_plain(script, folder, env=None):
     is made once per session and its files copied: several tests compare
     agnostic's runs (2 or 4 replicas, other settings of agnostic's) with the
     same plain run."""
+    env = {key: value for key, value in (env or {}).items() if key not in AGNOSTIC_ONLY}
+    if not KEPT_RUNS:
+        return run_script(script, "plain", folder, env=env)
+    made_once([script, sorted(env.items())], folder,
+              lambda kept: _plain_run(script, kept, env))
+
+
+def made_once(key, folder, make):
+    """Copies into `folder` the files `make(kept)` writes into a folder of
+    its own, made once per session for a `key` (anything JSON can write):
+    for a deterministic run several tests compare with, the first test that
+    needs it makes it (another worker that needs it meanwhile waits)."""
     import fcntl
     import hashlib
     import shutil
 
-    env = {key: value for key, value in (env or {}).items() if key not in AGNOSTIC_ONLY}
-    if not PLAIN_RUNS:
-        return run_script(script, "plain", folder, env=env)
-    key = hashlib.sha256(json.dumps([script, sorted(env.items())]).encode()).hexdigest()[:16]
-    kept = PLAIN_RUNS[0] / key
-    with open(PLAIN_RUNS[0] / (key + ".lock"), "w") as lock:
+    key = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+    kept = KEPT_RUNS[0] / key
+    with open(KEPT_RUNS[0] / (key + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be making it
         if not (kept / "done").exists():
             shutil.rmtree(kept, ignore_errors=True)
             kept.mkdir()
-            run_script(script, "plain", kept, env=env)
+            make(kept)
             (kept / "done").touch()
-    for path in kept.iterdir():
-        if path.name != "done":
-            shutil.copy(path, os.path.join(str(folder), path.name))
+    shutil.copytree(kept, folder, ignore=shutil.ignore_patterns("done"), dirs_exist_ok=True)
+
+
+def _plain_run(script, folder, env):
+    """A plain run from the warm interpreter (tests/warm.py) where its
+    variables allow, else from a fresh process."""
+    from tests import warm
+
+    if not warm.serves(env):
+        return run_script(script, "plain", folder, env=env)
+    status, stdout, stderr = warm.run(script, ["plain", folder], env, str(folder))
+    if status != 0:
+        raise AssertionError(f"{script} failed ({status}):\n{stdout[-5000:]}\n{stderr[-5000:]}")
 
 
 def xla_cpu_rendezvous_abort(stderr):

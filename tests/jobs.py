@@ -10,10 +10,11 @@ import time
 
 import numpy as np
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, made_once
 
 SCENARIO = os.path.join("tests", "scripts", "scenario.py")
 PROCESSES = os.path.join("tests", "scripts", "processes.py")
+CHECKPOINTS = os.path.join("tests", "scripts", "checkpoints.py")
 
 
 def start(command, **variables):
@@ -75,3 +76,20 @@ def check_only_the_chief_wrote(result, folder):
     assert {"epoch_1.keras", "epoch_2.keras", "log.csv"} <= set(saved)
     rows = (folder / "log.csv").read_text().strip().splitlines()
     assert rows[0].startswith("epoch") and len(rows) == 3
+
+
+def uninterrupted(mode, replicas, folder, **variables):
+    """Into `folder`, what `checkpoints.py MODE REPLICAS` writes trained
+    without a kill on this machine's devices, the reference a resumed run's
+    weights are compared with: made once per session for each mode, number
+    of replicas and variables (a two-node job trains like one device, which
+    the jobs' own tests check), whichever test asks first."""
+    def make(kept):
+        env = dict(os.environ, **{name: str(kept / value) for name, value in variables.items()})
+        for value in variables.values():
+            (kept / value).mkdir(parents=True, exist_ok=True)
+        result = subprocess.run([sys.executable, CHECKPOINTS, mode, str(replicas), str(kept)],
+                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    made_once(["checkpoints.py", mode, replicas, sorted(variables.items())], folder, make)

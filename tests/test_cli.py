@@ -2,6 +2,7 @@
 launch`'s flags (torchrun's, in both spellings), their checks and its refusal of
 a missing script or module before anything starts. No engine is needed: torch
 is faked where `--nproc-per-node auto` counts its GPUs."""
+import functools
 import json
 import os
 import re
@@ -23,8 +24,17 @@ def run_info(*command):
                           timeout=300, cwd=ROOT, env=dict(os.environ))
 
 
+@functools.lru_cache(maxsize=None)
+def installed_info():
+    """`agnostic info` through the installed console script, with the test's
+    variables: run once by each test process, read by the tests below (it
+    asks each installed engine in a process of its own: seconds)."""
+    script = os.path.join(os.path.dirname(sys.executable), "agnostic")
+    return run_info(script, "info")
+
+
 def test_info_reports_versions_and_the_plan():
-    result = run_info(sys.executable, "-m", "agnostic", "info")
+    result = installed_info()
     assert "python: " in result.stdout
     assert "keras: " in result.stdout
     try:
@@ -151,8 +161,8 @@ def test_info_json_is_a_whole_environment_report_without_engine_noise(tmp_path):
     assert result.stderr == ""
 
 
-def test_info_text_names_each_engine_and_what_it_sees(tmp_path):
-    result = info_with(tmp_path)
+def test_info_text_names_each_engine_and_what_it_sees():
+    result = installed_info()
     assert "nvidia gpus: " in result.stdout and "cpus: " in result.stdout
     import importlib.util
 
@@ -175,9 +185,8 @@ def test_version(capsys):
 
 
 def test_console_script_is_installed():
-    script = os.path.join(os.path.dirname(sys.executable), "agnostic")
-    result = run_info(script, "info")
-    assert "plan:" in result.stdout
+    # (`python -m agnostic info`, the other way: the tests of info_with.)
+    assert "plan:" in installed_info().stdout
 
 
 # `agnostic launch`: parsing (cli.py) and checking (launch/settings.py).

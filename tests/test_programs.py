@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+from tests import warm
 from tests.conftest import engine_or_skip, run_plain, run_script
 
 keras = engine_or_skip()
@@ -64,6 +65,30 @@ def assert_same_history(plain, agnostic, tolerance=1e-5):
     for key, values in plain["history"].items():
         np.testing.assert_allclose(agnostic["history"][key], values, rtol=tolerance,
                                    err_msg=key)
+
+
+def test_a_plain_run_from_the_warm_interpreter_is_a_fresh_processs(tmp_path):
+    # Every test's reference comes from a fork of a warm interpreter
+    # (tests/warm.py): it must be the run `python program plain` makes.
+    script = os.path.join(PROGRAMS, "batchnorm_cnn.py")
+    fresh, forked = tmp_path / "fresh", tmp_path / "warm"
+    fresh.mkdir(), forked.mkdir()
+    run_script(script, "plain", fresh)
+    status, _, stderr = warm.run(script, ["plain", forked], {}, str(tmp_path / "output"))
+    assert status == 0, stderr[-3000:]
+    assert json.loads((forked / "plain.json").read_text()) == json.loads(
+        (fresh / "plain.json").read_text())
+    expected, actual = np.load(fresh / "plain.npz"), np.load(forked / "plain.npz")
+    assert expected.files == actual.files
+    for key in expected.files:
+        np.testing.assert_array_equal(actual[key], expected[key])
+    # A program's failure and exit status come back as a process's would.
+    failing = tmp_path / "failing.py"
+    failing.write_text("import sys\nif sys.argv[1] == 'exit':\n    sys.exit(3)\n"
+                       "raise ValueError('the program failed here')\n")
+    status, _, stderr = warm.run(str(failing), ["raise"], {}, str(tmp_path / "raised"))
+    assert status == 1 and "ValueError: the program failed here" in stderr
+    assert warm.run(str(failing), ["exit"], {}, str(tmp_path / "exited"))[0] == 3
 
 
 @pytest.mark.parametrize("replicas", [pytest.param("2", marks=VERSIONS), "4"])

@@ -11,20 +11,23 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
-
-
-_RESOLVED = {}  # (extra, public): its resolution, once per test process
+from tests.conftest import ROOT, made_once
 
 
 def resolved(extra, tmp_path, public=False):
     """{name: version} of what `pip install .[extra]` would install. `public`:
     as a pip that reads only the public registry resolves it (a machine's
     pip configuration may add folders of local wheels, such as a CPU build
-    of torch with the registry's version number)."""
-    if (extra, public) in _RESOLVED:
-        return _RESOLVED[extra, public]
-    report = tmp_path / f"{extra}.json"
+    of torch with the registry's version number). Each is resolved once per
+    session, whichever test worker asks first (conftest.made_once)."""
+    made_once(["pip install --dry-run", extra, public], tmp_path,
+              lambda kept: _resolve(extra, public, kept / "report.json"))
+    installs = json.loads((tmp_path / "report.json").read_text())["install"]
+    return {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+            for item in installs}
+
+
+def _resolve(extra, public, report):
     env = dict(os.environ)
     if public:
         env = {k: v for k, v in env.items() if not k.startswith("PIP_")}
@@ -34,10 +37,6 @@ def resolved(extra, tmp_path, public=False):
          "--quiet", "--report", str(report), f"{ROOT}[{extra}]"],
         capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    installs = json.loads(report.read_text())["install"]
-    packages = {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
-                for item in installs}
-    return _RESOLVED.setdefault((extra, public), packages)
 
 
 def nvidia(packages):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests import models
-from tests.conftest import ROOT, engine_or_skip
+from tests.conftest import ROOT, engine_or_skip, made_once
 
 keras = engine_or_skip()
 
@@ -53,12 +53,16 @@ def leftovers(temporary):
             if name.startswith("agnostic-") and not name.startswith("agnostic-logs-")]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("whole")
-    code, out, err = finish(start(folder, folder, BACKUP="epoch"))
-    assert code == 0, err[-3000:]
-    return final_weights(folder)
+@pytest.fixture
+def uninterrupted(tmp_path):
+    """The final weights of a run never interrupted: made once per session,
+    whichever test worker asks first."""
+    def make(folder):
+        code, _, err = finish(start(folder, folder, BACKUP="epoch"))
+        assert code == 0, err[-3000:]
+
+    made_once(["preempt.py", "BACKUP=epoch"], tmp_path / "whole", make)
+    return final_weights(tmp_path / "whole")
 
 
 def test_sigterm_stops_at_one_step_with_a_backup_and_the_rerun_ends_the_same(

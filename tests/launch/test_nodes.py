@@ -189,11 +189,11 @@ def test_every_process_of_every_node_loads_the_file_just_saved(tmp_path):
 
 
 def test_batch_normalization_over_two_nodes_uses_the_global_batch(tmp_path):
-    from tests.conftest import run_script
+    from tests.conftest import run_plain
     from tests.test_programs import relative_difference
 
     script = os.path.join("tests", "programs", "batchnorm_cnn.py")
-    run_script(script, "plain", tmp_path)
+    run_plain(script, tmp_path)
     port = free_port()
     nodes = [start_node(rank, port, script, "agnostic", tmp_path) for rank in (0, 1)]
     codes, outputs, _ = finish(nodes)

@@ -75,9 +75,7 @@ def run_script(path, *arguments, env=None, timeout=600, check=True):
         result = subprocess.run(command, env=environ, capture_output=True, text=True,
                                 timeout=timeout, cwd=ROOT)
     if check and result.returncode != 0:
-        raise AssertionError(
-            f"{path} failed ({result.returncode}):\n{result.stdout[-5000:]}\n{result.stderr[-5000:]}"
-        )
+        raise failed(path, result.returncode, result.stdout, result.stderr)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else None, result.stdout, result.stderr
 
@@ -146,7 +144,12 @@ def _plain_run(script, folder, env):
         return run_script(script, "plain", folder, env=env)
     status, stdout, stderr = warm.run(script, ["plain", folder], env, str(folder))
     if status != 0:
-        raise AssertionError(f"{script} failed ({status}):\n{stdout[-5000:]}\n{stderr[-5000:]}")
+        raise failed(script, status, stdout, stderr)
+
+
+def failed(path, status, stdout, stderr):
+    """The error of a script that ended with `status`, with its output's ends."""
+    return AssertionError(f"{path} failed ({status}):\n{stdout[-5000:]}\n{stderr[-5000:]}")
 
 
 def xla_cpu_rendezvous_abort(stderr):

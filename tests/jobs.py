@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from tests.conftest import ROOT, made_once
+from tests.conftest import ROOT, made_once, run_script
 
 SCENARIO = os.path.join("tests", "scripts", "scenario.py")
 PROCESSES = os.path.join("tests", "scripts", "processes.py")
@@ -85,11 +85,9 @@ def uninterrupted(mode, replicas, folder, **variables):
     of replicas and variables (a two-node job trains like one device, which
     the jobs' own tests check), whichever test asks first."""
     def make(kept):
-        env = dict(os.environ, **{name: str(kept / value) for name, value in variables.items()})
         for value in variables.values():
             (kept / value).mkdir(parents=True, exist_ok=True)
-        result = subprocess.run([sys.executable, CHECKPOINTS, mode, str(replicas), str(kept)],
-                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        run_script(CHECKPOINTS, mode, replicas, kept,
+                   env={name: str(kept / value) for name, value in variables.items()})
 
     made_once(["checkpoints.py", mode, replicas, sorted(variables.items())], folder, make)

@@ -18,7 +18,7 @@ keras = engine_or_skip()
 
 import agnostic  # noqa: E402
 
-SCRIPT = os.path.join("tests", "scripts", "checkpoints.py")
+SCRIPT = jobs.CHECKPOINTS
 KERAS3 = models.is_keras3(keras)
 # The reduced suite each other tested Keras version runs (tox.ini).
 VERSIONS = pytest.mark.keras_versions

@@ -12,6 +12,7 @@ import json
 import warnings
 
 import pytest
+from tests import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,6 +61,11 @@ def run_python(code, env=None, timeout=300):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+RENDEZVOUS_RETRY = ("{path}: XLA's in-process collectives on simulated CPU devices "
+                    "aborted (a rendezvous timed out); run again once. See "
+                    "docs/guarantees.md.")
+
+
 def run_script(path, *arguments, env=None, timeout=600, check=True):
     """Runs a script as users do (`python path args`); returns the JSON of its
     last stdout line, the whole stdout and stderr (`check`: a failure raises)."""
@@ -69,9 +75,7 @@ def run_script(path, *arguments, env=None, timeout=600, check=True):
     result = subprocess.run(command, env=environ, capture_output=True, text=True,
                             timeout=timeout, cwd=ROOT)
     if result.returncode != 0 and xla_cpu_rendezvous_abort(result.stderr):
-        warnings.warn(f"{path}: XLA's in-process collectives on simulated CPU devices "
-                      "aborted (a rendezvous timed out); run again once. See "
-                      "docs/guarantees.md.", RuntimeWarning)
+        warnings.warn(RENDEZVOUS_RETRY.format(path=path), RuntimeWarning)
         result = subprocess.run(command, env=environ, capture_output=True, text=True,
                                 timeout=timeout, cwd=ROOT)
     if check and result.returncode != 0:
@@ -84,9 +88,6 @@ def run_script(path, *arguments, env=None, timeout=600, check=True):
 # folder shared by the run's workers (pytest-xdist), under pytest's own
 # temporary folder, which pytest removes in later sessions.
 KEPT_RUNS = []
-# The harness's variables for agnostic's run only (tests/programs/harness.py):
-# a plain run is the same whatever they say.
-AGNOSTIC_ONLY = ("AGNOSTIC_TEST_REPLICAS", "AGNOSTIC_TEST_SYNC_BATCH_NORM")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -96,8 +97,6 @@ def kept_runs(tmp_path_factory):
     KEPT_RUNS[:] = [shared / "kept-runs"]
     KEPT_RUNS[0].mkdir(exist_ok=True)
     yield KEPT_RUNS[0]
-    from tests import warm
-
     warm.stop()
 
 
@@ -107,11 +106,11 @@ def run_plain(script, folder, env=None):
     is made once per session and its files copied: several tests compare
     agnostic's runs (2 or 4 replicas, other settings of agnostic's) with the
     same plain run."""
-    env = {key: value for key, value in (env or {}).items() if key not in AGNOSTIC_ONLY}
+    env = {key: value for key, value in (env or {}).items() if key not in warm.HARNESS}
     if not KEPT_RUNS:
         return run_script(script, "plain", folder, env=env)
     made_once([script, sorted(env.items())], folder,
-              lambda kept: _plain_run(script, kept, env))
+              lambda kept: run_program(script, "plain", kept, env))
 
 
 def made_once(key, folder, make):
@@ -135,14 +134,17 @@ def made_once(key, folder, make):
     shutil.copytree(kept, folder, ignore=shutil.ignore_patterns("done"), dirs_exist_ok=True)
 
 
-def _plain_run(script, folder, env):
-    """A plain run from the warm interpreter (tests/warm.py) where its
-    variables allow, else from a fresh process."""
-    from tests import warm
-
-    if not warm.serves(env):
-        return run_script(script, "plain", folder, env=env)
-    status, stdout, stderr = warm.run(script, ["plain", folder], env, str(folder))
+def run_program(script, mode, folder, env=None):
+    """A program's run (`python script MODE FOLDER`) from the warm
+    interpreter (tests/warm.py) where the script and its variables allow,
+    else from a fresh process."""
+    env = env or {}
+    if not warm.serves(script, env):
+        return run_script(script, mode, folder, env=env)
+    status, stdout, stderr = warm.run(script, [mode, folder], env, f"{folder}.{mode}")
+    if status != 0 and xla_cpu_rendezvous_abort(stderr):
+        warnings.warn(RENDEZVOUS_RETRY.format(path=script), RuntimeWarning)
+        status, stdout, stderr = warm.run(script, [mode, folder], env, f"{folder}.{mode}")
     if status != 0:
         raise failed(script, status, stdout, stderr)
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 from tests import warm
-from tests.conftest import engine_or_skip, run_plain, run_script
+from tests.conftest import engine_or_skip, run_plain, run_program, run_script
 
 keras = engine_or_skip()
 
@@ -25,7 +25,7 @@ def run_both(name, folder, env=None, both=False):
         if mode == "plain":
             run_plain(script, folder, env=env if both else None)
         else:
-            run_script(script, mode, folder, env=env)
+            run_program(script, mode, folder, env=env)
         with open(os.path.join(folder, mode + ".json")) as handle:
             report = json.load(handle)
         weights = np.load(os.path.join(folder, mode + ".npz"))
@@ -67,20 +67,32 @@ def assert_same_history(plain, agnostic, tolerance=1e-5):
                                    err_msg=key)
 
 
-def test_a_plain_run_from_the_warm_interpreter_is_a_fresh_processs(tmp_path):
-    # Every test's reference comes from a fork of a warm interpreter
-    # (tests/warm.py): it must be the run `python program plain` makes.
+@pytest.mark.parametrize("mode", ["plain", "agnostic"])
+def test_a_warm_run_is_the_run_of_a_fresh_process(mode, tmp_path):
+    # Every test's runs of a program come from forks of a warm interpreter
+    # (tests/warm.py): each must be the run `python program MODE` makes.
     script = os.path.join(PROGRAMS, "batchnorm_cnn.py")
     fresh, forked = tmp_path / "fresh", tmp_path / "warm"
     fresh.mkdir(), forked.mkdir()
-    run_script(script, "plain", fresh)
-    run_plain(script, forked)  # the warm run the other tests of batchnorm_cnn share
-    assert json.loads((forked / "plain.json").read_text()) == json.loads(
-        (fresh / "plain.json").read_text())
-    expected, actual = np.load(fresh / "plain.npz"), np.load(forked / "plain.npz")
+    env = {"AGNOSTIC_TEST_REPLICAS": "2"}
+    run_script(script, mode, fresh, env=env)
+    if mode == "plain":
+        run_plain(script, forked)  # the warm run the other tests of batchnorm_cnn share
+    else:
+        assert warm.serves(script, env)
+        run_program(script, mode, forked, env=env)
+    assert json.loads((forked / f"{mode}.json").read_text()) == json.loads(
+        (fresh / f"{mode}.json").read_text())
+    expected, actual = np.load(fresh / f"{mode}.npz"), np.load(forked / f"{mode}.npz")
     assert expected.files == actual.files
     for key in expected.files:
         np.testing.assert_array_equal(actual[key], expected[key])
+    # A script that names agnostic (the start-up hook acts as the engine is
+    # imported) or a variable read at import starts a fresh process.
+    assert not warm.serves(os.path.join(PROGRAMS, "device_parallel.py"), {})
+    assert not warm.serves(script, {"AGNOSTIC_CPU_DEVICES": "2"})
+    if mode == "agnostic":
+        return
     # A program's failure and exit status come back as a process's would.
     failing = tmp_path / "failing.py"
     failing.write_text("import sys\nif sys.argv[1] == 'exit':\n    sys.exit(3)\n"

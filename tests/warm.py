@@ -1,22 +1,28 @@
-"""Plain runs (`model.compile` on one device, the reference every program
-test compares with) from a warm interpreter: one process per test worker
-imports Keras and its engine once, then forks a child per plain run, which
-runs the program's script as `python script plain FOLDER` would.
+"""Program runs from a warm interpreter: one process per test worker imports
+Keras and its engine once, then forks a child per run, which runs the
+program's script as `python script MODE FOLDER` would.
 
-Importing Keras with its engine is most of a plain run (6-8 s of CPU of
-7-10 s on 2 cores); the child of a fork starts where a fresh process is
-once it has imported Keras, and runs the script from its first line. The
-engines start nothing at import (TensorFlow's and JAX's runtimes, torch's
-thread pools start at first use, in the child). tests/test_programs.py
-checks that a warm plain run gives a fresh process's weights and logs bit
-for bit. agnostic's runs never come from here: they are fresh processes,
-as users run them.
+Importing Keras with its engine is most of a short run (6-8 s of CPU on 2
+cores); the child of a fork starts where a fresh process is once it has
+imported Keras, and runs the script from its first line. The engines start
+nothing at import (TensorFlow's and JAX's runtimes, torch's thread pools
+start at first use, in the child), and agnostic is not imported: the
+harness (tests/programs/harness.py) imports it after Keras, as in a fresh
+process, where the start-up hook leaves a script that does not name
+agnostic alone. torch's other processes are started by the child as by a
+fresh one: fresh processes. tests/test_programs.py checks that a warm run,
+plain and through agnostic, gives a fresh process's weights and logs bit for
+bit on every engine.
 
-Only a run whose variables are the program's own (PROGRAM_*) comes from
-here: a variable the engine or Keras reads at import needs a fresh process.
+Only a run whose variables are the program's own (PROGRAM_*) or the
+harness's (read as the program runs) comes from here: a variable the engine,
+Keras or agnostic's start-up hook reads at import needs a fresh process, as
+does a script that names agnostic itself (in a fresh process the start-up
+hook imports agnostic as the engine is imported).
 """
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -62,9 +68,20 @@ _SERVER = []  # this test process's warm interpreter, started at first use
 _BUFFER = {}  # what it wrote past its last answer, by pid
 
 
-def serves(env):
-    """Whether a run with these variables may come from the warm interpreter."""
-    return all(key.startswith("PROGRAM_") for key in env)
+# The harness's variables for agnostic's runs (tests/programs/harness.py), read
+# as the program runs: a plain run is the same whatever they say.
+HARNESS = ("AGNOSTIC_TEST_REPLICAS", "AGNOSTIC_TEST_SYNC_BATCH_NORM")
+
+
+def serves(script, env):
+    """Whether a run of `script` with these variables may come from the warm
+    interpreter: a script that names agnostic starts fresh (see above)."""
+    from agnostic import _agnostic_hook
+
+    if not all(key.startswith("PROGRAM_") or key in HARNESS for key in env):
+        return False
+    with open(script, encoding="utf-8") as handle:
+        return re.search(_agnostic_hook._IMPORTS_AGNOSTIC, handle.read()) is None
 
 
 def run(script, arguments, env, outputs, timeout=600):

@@ -93,13 +93,25 @@ def test_a_warm_run_is_the_run_of_a_fresh_process(mode, tmp_path):
     assert not warm.serves(script, {"AGNOSTIC_CPU_DEVICES": "2"})
     if mode == "agnostic":
         return
-    # A program's failure and exit status come back as a process's would.
+    # A program ends as a process would: its exit status, its excepthook
+    # (agnostic's failure reports), its threads joined, then its exit
+    # handlers (torch's launcher waits there for its workers).
     failing = tmp_path / "failing.py"
-    failing.write_text("import sys\nif sys.argv[1] == 'exit':\n    sys.exit(3)\n"
-                       "raise ValueError('the program failed here')\n")
-    status, _, stderr = warm.run(str(failing), ["raise"], {}, str(tmp_path / "raised"))
-    assert status == 1 and "ValueError: the program failed here" in stderr
-    assert warm.run(str(failing), ["exit"], {}, str(tmp_path / "exited"))[0] == 3
+    failing.write_text(
+        "import atexit, sys, threading, time\n"
+        "def write(name, text):\n    open(sys.argv[2] + name, 'w').write(text)\n"
+        "thread = threading.Thread(target=lambda: (time.sleep(1), write('.thread', 'x')))\n"
+        "thread.start()\n"
+        "atexit.register(lambda: write('.atexit', open(sys.argv[2] + '.thread').read()))\n"
+        "sys.excepthook = lambda kind, value, trace: write('.hook', str(value))\n"
+        "if sys.argv[1] == 'exit':\n    sys.exit(3)\n"
+        "raise ValueError('the program failed here')\n")
+    raised, exited = str(tmp_path / "raised"), str(tmp_path / "exited")
+    assert warm.run(str(failing), ["raise", raised], {}, raised)[0] == 1
+    assert open(raised + ".hook").read() == "the program failed here"
+    assert open(raised + ".atexit").read() == "x"
+    assert warm.run(str(failing), ["exit", exited], {}, exited)[0] == 3
+    assert open(exited + ".atexit").read() == "x"
 
 
 @pytest.mark.parametrize("replicas", [pytest.param("2", marks=VERSIONS), "4"])

@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The warm interpreter: it reads one request per line, forks, and answers
 # with the child's pid, then its exit status.
 _SERVE = r"""
-import json, os, runpy, sys, traceback
+import atexit, json, os, runpy, sys, threading
 import keras, numpy, sklearn.datasets
 print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
@@ -48,13 +48,24 @@ for line in sys.stdin:
             os.environ.update(request["env"])
             sys.argv = [request["script"]] + request["arguments"]
             sys.path[0] = os.path.dirname(os.path.abspath(request["script"]))
+            atexit._clear()  # this interpreter's; the run's own run at its end
             try:
                 runpy.run_path(request["script"], run_name="__main__")
                 code = 0
             except SystemExit as end:
-                code = end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
+                if end.code is None or isinstance(end.code, int):
+                    code = end.code or 0
+                else:
+                    print(end.code, file=sys.stderr)
             except BaseException:
-                traceback.print_exc()
+                # As Python ends on an uncaught exception: the program's
+                # excepthook (agnostic's failure reports) and sys.last_value.
+                sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()
+                sys.excepthook(*sys.exc_info())
+            # As Python ends: its threads joined, then its exit handlers (a
+            # launcher's wait for its workers, a process group's end).
+            threading._shutdown()
+            atexit._run_exitfuncs()
         finally:
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(code)

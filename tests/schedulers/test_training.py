@@ -31,10 +31,14 @@ def srun(engine):
     return ["srun", "--kill-on-bad-exit=1", "-N2", "-n2", "--ntasks-per-node=1"]
 
 
-# Every engine runs each test under SLURM; under mpirun, each test runs one
-# engine and together they run all three. What mpirun changes is how a job's
-# ranks are found (OMPI_* variables: tests/cluster), not what an engine does
-# with them, and each engine meets mpirun once.
+# Under SLURM every engine trains like one device; what SLURM and mpirun
+# change is how a job's ranks are found (SLURM_* and OMPI_* variables:
+# tests/cluster), not what an engine does with them, so the other tests (the
+# chief alone writing, a killed task ending the job) run one engine under
+# each scheduler, another under the other, and each engine meets mpirun once.
+SLURM_ENGINES = {"test_the_job_trains_like_one_device": ENGINES,
+                 "test_only_the_chief_writes_and_shows_progress": ("torch",),
+                 "test_a_killed_task_ends_the_job": ("jax",)}
 OPENMPI_ENGINE = {"test_the_job_trains_like_one_device": "torch",
                   "test_only_the_chief_writes_and_shows_progress": "jax",
                   "test_a_killed_task_ends_the_job": "tensorflow"}
@@ -42,8 +46,9 @@ OPENMPI_ENGINE = {"test_the_job_trains_like_one_device": "torch",
 
 def pytest_generate_tests(metafunc):
     if "scheduler" in metafunc.fixturenames and "engine" in metafunc.fixturenames:
-        pairs = [("slurm", engine) for engine in ENGINES]
-        pairs.append(("openmpi", OPENMPI_ENGINE[metafunc.function.__name__]))
+        name = metafunc.function.__name__
+        pairs = [("slurm", engine) for engine in SLURM_ENGINES[name]]
+        pairs.append(("openmpi", OPENMPI_ENGINE[name]))
         metafunc.parametrize("scheduler, engine", pairs, indirect=["scheduler"],
                              ids=[f"{name}-{engine}" for name, engine in pairs])
 

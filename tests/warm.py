@@ -10,7 +10,10 @@ start at first use, in the child), and agnostic is not imported: the
 harness (tests/programs/harness.py) imports it after Keras, as in a fresh
 process, where the start-up hook leaves a script that does not name
 agnostic alone. torch's other processes are started by the child as by a
-fresh one: fresh processes. tests/test_programs.py checks that a warm run,
+fresh one: fresh processes. The child ends as Python ends a process (an
+uncaught exception through the program's excepthook, its threads joined,
+then its exit handlers, where torch's launcher waits for its workers), and
+the exit status comes back. tests/test_programs.py checks that a warm run,
 plain and through agnostic, gives a fresh process's weights and logs bit for
 bit on every engine.
 

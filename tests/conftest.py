@@ -141,10 +141,14 @@ def run_program(script, mode, folder, env=None):
     env = env or {}
     if not warm.serves(script, env):
         return run_script(script, mode, folder, env=env)
-    status, stdout, stderr = warm.run(script, [mode, folder], env, f"{folder}.{mode}")
+    # The processes torch's launcher starts for agnostic's run: forks too.
+    workers = mode == "agnostic" and os.environ.get("KERAS_BACKEND") == "torch"
+    status, stdout, stderr = warm.run(script, [mode, folder], env, f"{folder}.{mode}",
+                                      workers=workers)
     if status != 0 and xla_cpu_rendezvous_abort(stderr):
         warnings.warn(RENDEZVOUS_RETRY.format(path=script), RuntimeWarning)
-        status, stdout, stderr = warm.run(script, [mode, folder], env, f"{folder}.{mode}")
+        status, stdout, stderr = warm.run(script, [mode, folder], env, f"{folder}.{mode}",
+                                          workers=workers)
     if status != 0:
         raise failed(script, status, stdout, stderr)
 

@@ -81,6 +81,8 @@ def test_a_warm_run_is_the_run_of_a_fresh_process(mode, tmp_path):
     else:
         assert warm.serves(script, env)
         run_program(script, mode, forked, env=env)
+        # torch's worker (rank 1) came from the warm interpreter too.
+        assert warm.LAST["workers"] == (1 if ENGINE == "torch" else 0)
     assert json.loads((forked / f"{mode}.json").read_text()) == json.loads(
         (fresh / f"{mode}.json").read_text())
     expected, actual = np.load(fresh / f"{mode}.npz"), np.load(forked / f"{mode}.npz")

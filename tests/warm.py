@@ -9,8 +9,10 @@ nothing at import (TensorFlow's and JAX's runtimes, torch's thread pools
 start at first use, in the child), and agnostic is not imported: the
 harness (tests/programs/harness.py) imports it after Keras, as in a fresh
 process, where the start-up hook leaves a script that does not name
-agnostic alone. torch's other processes are started by the child as by a
-fresh one: fresh processes. The child ends as Python ends a process (an
+agnostic alone. The workers torch's launcher starts for agnostic's run
+are forks too, of a second warm interpreter that imported torch with the
+thread variables a worker gets (see _server); the child's sys.executable is
+the client that asks for them. The child ends as Python ends a process (an
 uncaught exception through the program's excepthook, its threads joined,
 then its exit handlers, where torch's launcher waits for its workers), and
 the exit status comes back. tests/test_programs.py checks that a warm run,
@@ -27,64 +29,195 @@ import json
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The warm interpreter: it reads one request per line, forks, and answers
-# with the child's pid, then its exit status.
+# The warm interpreter: it reads one request per line on stdin, forks, and
+# answers with the child's pid, then its exit status. A worker comes through
+# its socket: the client (_CLIENT) sends the worker's command, variables,
+# folder and standard streams, and gets the same answers there.
 _SERVE = r"""
-import atexit, json, os, runpy, sys, threading
+import atexit, json, os, runpy, selectors, signal, socket, sys, threading
 import keras, numpy, sklearn.datasets
+
+folder = sys.argv[1]
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(os.path.join(folder, "socket"))
+listener.listen(16)
+selector = selectors.DefaultSelector()
+selector.register(0, selectors.EVENT_READ, "request")
+selector.register(listener, selectors.EVENT_READ, "worker")
 print(json.dumps({"ready": True}), flush=True)
-for line in sys.stdin:
-    request = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.setpgid(0, 0)
+
+
+def run(request, streams=None, client=None):
+    # The child: the run `python script ARGUMENTS` makes, from its first line.
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        selector.close(), listener.close()
+        if streams:
+            for target, stream in enumerate(streams):
+                os.dup2(stream, target)
+                os.close(stream)
+            os.environ.clear()
+            os.chdir(request["cwd"])
+        else:
             with open(request["stdout"], "w") as out, open(request["stderr"], "w") as err:
                 os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
-            os.environ.update(request["env"])
-            sys.argv = [request["script"]] + request["arguments"]
-            sys.path[0] = os.path.dirname(os.path.abspath(request["script"]))
-            atexit._clear()  # this interpreter's; the run's own run at its end
+        os.environ.update(request["env"])
+        if client:  # torch's launcher starts its workers through the client
+            sys.executable = client
+        sys.argv = [request["script"]] + request["arguments"]
+        sys.path[0] = os.path.dirname(os.path.abspath(request["script"]))
+        atexit._clear()  # this interpreter's; the run's own run at its end
+        try:
+            runpy.run_path(request["script"], run_name="__main__")
+            code = 0
+        except SystemExit as end:
+            if end.code is None or isinstance(end.code, int):
+                code = end.code or 0
+            else:
+                print(end.code, file=sys.stderr)
+        except BaseException:
+            # As Python ends on an uncaught exception: the program's
+            # excepthook (agnostic's failure reports) and sys.last_value.
+            sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()
+            sys.excepthook(*sys.exc_info())
+        # As Python ends: its threads joined, then its exit handlers (a
+        # launcher's wait for its workers, a process group's end).
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+
+
+def status(pid):
+    ended, code = os.waitpid(pid, os.WNOHANG)
+    if not ended:
+        return None
+    return -os.WTERMSIG(code) if os.WIFSIGNALED(code) else os.WEXITSTATUS(code)
+
+
+def answer(connection, message):
+    try:
+        connection.sendall((json.dumps(message) + "\n").encode())
+    except OSError:  # the client has gone
+        pass
+
+
+buffer, program, workers = b"", None, {}
+while True:
+    for key, _ in selector.select(0.05):
+        if key.data == "request":
+            chunk = os.read(0, 65536)
+            if not chunk:
+                sys.exit(0)
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    run(request, client=request["client"])
+                program = pid
+                print(json.dumps({"pid": pid}), flush=True)
+        elif key.data == "worker":
+            connection, _ = listener.accept()
+            connection.settimeout(30)
+            _, streams, _, _ = socket.recv_fds(connection, 1, 3)
+            data = chunk = b"-"
+            while chunk and not data.endswith(b"\n"):
+                chunk = connection.recv(65536)
+                data += chunk
+            if not chunk:  # the client has gone
+                connection.close(), [os.close(stream) for stream in streams]
+                continue
+            pid = os.fork()
+            if pid == 0:
+                run(json.loads(data[1:]), streams)
+            for stream in streams:
+                os.close(stream)
+            workers[pid] = connection
+            with open(os.path.join(folder, "served"), "a") as served:
+                served.write(f"{pid}\n")
+            selector.register(connection, selectors.EVENT_READ, pid)
+            answer(connection, {"pid": pid})
+        elif not key.fileobj.recv(1):
+            # The client ended before its worker: as at its parent's death
+            # (the launcher's PDEATHSIG), the worker is killed.
+            selector.unregister(key.fileobj)
             try:
-                runpy.run_path(request["script"], run_name="__main__")
-                code = 0
-            except SystemExit as end:
-                if end.code is None or isinstance(end.code, int):
-                    code = end.code or 0
-                else:
-                    print(end.code, file=sys.stderr)
-            except BaseException:
-                # As Python ends on an uncaught exception: the program's
-                # excepthook (agnostic's failure reports) and sys.last_value.
-                sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()
-                sys.excepthook(*sys.exc_info())
-            # As Python ends: its threads joined, then its exit handlers (a
-            # launcher's wait for its workers, a process group's end).
-            threading._shutdown()
-            atexit._run_exitfuncs()
-        finally:
-            sys.stdout.flush(), sys.stderr.flush()
-            os._exit(code)
-    print(json.dumps({"pid": pid}), flush=True)
-    _, status = os.waitpid(pid, 0)
-    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    print(json.dumps({"status": code}), flush=True)
+                os.killpg(key.data, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for pid in list(workers):
+        code = status(pid)
+        if code is not None:
+            connection = workers.pop(pid)
+            if connection in (key.fileobj for key in selector.get_map().values()):
+                selector.unregister(connection)
+            answer(connection, {"status": code})
+            connection.close()
+    if program is not None:
+        code = status(program)
+        if code is not None:
+            print(json.dumps({"status": code}), flush=True)
+            program = None
 """
 
-_SERVER = []  # this test process's warm interpreter, started at first use
+# A worker of torch's launcher (agnostic/launch/local.py starts `sys.executable
+# script ARGUMENTS` in the environment it made): its run comes from the warm
+# interpreter as the program's did. Anything else, the interpreter itself.
+_CLIENT = r"""#!{python} -IS
+import json, os, signal, socket, sys
+PYTHON, FOLDER, RUNTIME = {python!r}, {folder!r}, {runtime!r}
+arguments = sys.argv[1:]
+with open(os.path.join(FOLDER, "variables.json")) as handle:
+    warm = json.load(handle)
+changed = {{key for key in set(warm) | set(os.environ) if warm.get(key) != os.environ.get(key)}}
+if (not arguments or arguments[0].startswith("-") or not os.path.isfile(arguments[0])
+        or not all(key in RUNTIME or key.startswith("PROGRAM_") for key in changed)):
+    os.execv(PYTHON, [PYTHON] + arguments)
+connection = socket.socket(socket.AF_UNIX)
+connection.connect(os.path.join(FOLDER, "socket"))
+request = {{"script": arguments[0], "arguments": arguments[1:], "env": dict(os.environ),
+            "cwd": os.getcwd()}}
+socket.send_fds(connection, [b"r"], [0, 1, 2])
+connection.sendall((json.dumps(request) + "\n").encode())
+answers = connection.makefile()
+pid = json.loads(answers.readline())["pid"]
+for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+               signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(number, lambda number, frame: os.kill(pid, number))
+code = json.loads(answers.readline())["status"]
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+_SERVERS = {}  # this test process's warm interpreters by kind, started at first use
 _BUFFER = {}  # what it wrote past its last answer, by pid
+_FOLDERS = {}  # their sockets and the workers' client, by kind
+LAST = {"workers": 0}  # the workers forked for the last run
 
 
 # The harness's variables for agnostic's runs (tests/programs/harness.py), read
 # as the program runs: a plain run is the same whatever they say.
 HARNESS = ("AGNOSTIC_TEST_REPLICAS", "AGNOSTIC_TEST_SYNC_BATCH_NORM")
+# What torch's launcher (agnostic/launch/local.py) adds to a worker's
+# variables that is read as the program runs, not as Python starts or the
+# engine is imported: a worker with these changed comes from a fork.
+RUNTIME = HARNESS + ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                     "MASTER_PORT", "AGNOSTIC_WARNINGS", "AGNOSTIC_FAILURE_REPORTS",
+                     "AGNOSTIC_FINISHED", "PYTEST_CURRENT_TEST")
 
 
 def serves(script, env):
@@ -98,35 +231,68 @@ def serves(script, env):
         return re.search(_agnostic_hook._IMPORTS_AGNOSTIC, handle.read()) is None
 
 
-def run(script, arguments, env, outputs, timeout=600):
+def run(script, arguments, env, outputs, timeout=600, workers=False):
     """Runs `script arguments` in a fork of the warm interpreter, with `env`
     added to its variables; stdout and stderr go to `outputs` + .out/.err.
-    Returns (exit status, stdout, stderr)."""
+    `workers`: the workers torch's launcher starts come from forks too.
+    Returns (exit status, stdout, stderr); LAST says how many workers came."""
     server = _server()
+    client, before = None, _served()
+    if workers:
+        _server("workers")
+        client = os.path.join(_FOLDERS["workers"], "python")
     request = {"script": script, "arguments": [str(a) for a in arguments], "env": env,
-               "stdout": outputs + ".out", "stderr": outputs + ".err"}
+               "stdout": outputs + ".out", "stderr": outputs + ".err", "client": client}
     server.stdin.write(json.dumps(request) + "\n")
     server.stdin.flush()
     pid = _answer(server, 60)["pid"]
     try:
-        status = _answer(server, timeout)["status"]
+        ended = _answer(server, timeout)
     except TimeoutError:
         os.killpg(pid, signal.SIGKILL)
         _answer(server, 60)
         raise
+    LAST["workers"] = _served() - before
     with open(outputs + ".out") as out, open(outputs + ".err") as err:
-        return status, out.read(), err.read()
+        return ended["status"], out.read(), err.read()
 
 
-def _server():
-    if _SERVER and _SERVER[0].poll() is None:
-        return _SERVER[0]
-    server = subprocess.Popen([sys.executable, "-c", _SERVE], cwd=ROOT, text=True,
-                              bufsize=1, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL)
-    _SERVER[:] = [server]
+def _server(kind="programs"):
+    """The warm interpreter of one kind: "programs", or "workers", which
+    imported Keras with the variables torch's launcher gives a worker of two
+    (OMP_NUM_THREADS: OpenMP reads it as it loads) and forks the workers
+    whose other variables are read as the program runs (RUNTIME)."""
+    if kind in _SERVERS and _SERVERS[kind].poll() is None:
+        return _SERVERS[kind]
+    from agnostic import devices
+
+    stop(kind)
+    variables = dict(os.environ)
+    if kind == "workers":
+        variables.update(devices.thread_variables(2))
+    folder = tempfile.mkdtemp(prefix=f"agnostic-tests-warm-{kind}-")  # this user's alone
+    with open(os.path.join(folder, "variables.json"), "w") as handle:
+        json.dump(variables, handle)
+    client = os.path.join(folder, "python")
+    with open(client, "w") as handle:
+        handle.write(_CLIENT.format(python=sys.executable, folder=folder,
+                                    runtime=sorted(RUNTIME)))
+    os.chmod(client, 0o700)
+    server = subprocess.Popen([sys.executable, "-c", _SERVE, folder], cwd=ROOT, text=True,
+                              bufsize=1, env=variables, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    _SERVERS[kind], _FOLDERS[kind] = server, folder
     _answer(server, 300)
     return server
+
+
+def _served():
+    """How many workers the warm interpreter of workers has forked."""
+    try:
+        with open(os.path.join(_FOLDERS["workers"], "served")) as handle:
+            return len(handle.readlines())
+    except (KeyError, FileNotFoundError):
+        return 0
 
 
 def _answer(server, timeout):
@@ -147,13 +313,16 @@ def _answer(server, timeout):
     return json.loads(line)
 
 
-def stop():
-    """Ends the warm interpreter, if one was started (its stdin closes)."""
-    for server in _SERVER:
-        server.stdin.close()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-    _SERVER.clear()
+def stop(*kinds):
+    """Ends the warm interpreters (those of `kinds`, else every one): their
+    stdin closes."""
+    for kind in kinds or list(_SERVERS):
+        server = _SERVERS.pop(kind, None)
+        if server is not None:
+            server.stdin.close()
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        shutil.rmtree(_FOLDERS.pop(kind, ""), ignore_errors=True)

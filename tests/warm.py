@@ -43,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # folder and standard streams, and gets the same answers there.
 _SERVE = r"""
 import atexit, json, os, runpy, selectors, signal, socket, sys, threading
-import keras, numpy, sklearn.datasets
+import keras, numpy
 
 folder = sys.argv[1]
 listener = socket.socket(socket.AF_UNIX)

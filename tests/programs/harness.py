@@ -24,6 +24,7 @@ if MODE == "agnostic":
     # job's workers) before the engine's runtime starts.
     import agnostic  # noqa: E402, F401
 REPLICAS = int(os.environ.get("AGNOSTIC_TEST_REPLICAS", "2"))
+DIGITS_VARIABLE = "AGNOSTIC_TEST_DIGITS"
 ENGINE = keras.backend.backend()
 
 
@@ -71,14 +72,39 @@ def path(name):
 
 
 def digits(samples=256, images=False):
-    """scikit-learn's bundled digits: x in [0, 1], y in 0..9."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = (data.data[:samples] / 16.0).astype("float32")
+    """scikit-learn's bundled digits, as sklearn.datasets.load_digits reads
+    them (its file, digits_file()): x in [0, 1], y in 0..9."""
+    table = np.loadtxt(digits_file(), delimiter=",")
+    data, target = table[:, :-1], table[:, -1].astype(int)
+    x = (data[:samples] / 16.0).astype("float32")
     if images:
         x = x.reshape(-1, 8, 8, 1)
-    return x, data.target[:samples]
+    return x, target[:samples]
+
+
+def digits_file():
+    """The digits' file that scikit-learn ships: where DIGITS_VARIABLE says
+    (tox.ini installs scikit-learn outside the environment's packages, as
+    Keras imports scikit-learn as it is imported wherever it is installed:
+    a second or so per process), else in an installed scikit-learn (found,
+    not imported)."""
+    import importlib.util
+
+    path = os.environ.get(DIGITS_VARIABLE)
+    if not path:
+        spec = importlib.util.find_spec("sklearn")
+        if spec is None or not spec.origin:
+            raise RuntimeError(
+                "The test programs train on scikit-learn's digits, and scikit-learn "
+                f"is not installed and {DIGITS_VARIABLE} is not set. Install it "
+                "(pip install scikit-learn), or set "
+                f"{DIGITS_VARIABLE}=.../sklearn/datasets/data/digits.csv.gz.")
+        path = os.path.join(os.path.dirname(spec.origin), "datasets", "data",
+                            "digits.csv.gz")
+    if not os.path.isfile(path):
+        raise RuntimeError(f"{DIGITS_VARIABLE}={path!r}: no such file; expected "
+                           "scikit-learn's sklearn/datasets/data/digits.csv.gz.")
+    return path
 
 
 def replica_spread(model):

@@ -102,8 +102,9 @@ def digits_file():
         path = os.path.join(os.path.dirname(spec.origin), "datasets", "data",
                             "digits.csv.gz")
     if not os.path.isfile(path):
-        raise RuntimeError(f"{DIGITS_VARIABLE}={path!r}: no such file; expected "
-                           "scikit-learn's sklearn/datasets/data/digits.csv.gz.")
+        where = f"{DIGITS_VARIABLE}={path!r}" if os.environ.get(DIGITS_VARIABLE) else path
+        raise RuntimeError(f"{where}: no such file; expected scikit-learn's "
+                           "sklearn/datasets/data/digits.csv.gz.")
     return path
 
 

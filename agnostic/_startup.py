@@ -40,6 +40,7 @@ from agnostic import cluster as cluster_lib
 from agnostic import devices as devices_lib
 from agnostic import errors
 from agnostic.cluster import listen
+from agnostic.compat import tf_collective_server
 
 try:  # installed: beside the package (pyproject.toml); in a source checkout: in it
     import _agnostic_hook as start_hook
@@ -121,6 +122,9 @@ def _join_tensorflow(tf, environment):
 
     watchdog = _watchdog(seconds, message)
     try:
+        # One collective runtime in this process, also where the program
+        # makes its own strategy for the same workers before or after this one.
+        tf_collective_server.serve_once()
         # Every process is a worker, the chief first: a TFJob's chief too.
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec({"worker": workers}), task_type="worker",

@@ -14,9 +14,10 @@ from typing import Callable, Tuple
 from agnostic import errors
 from agnostic.compat import (fit_resume, jax_on_batch, jax_uneven_batches, keras_fit,
                              keras_nodes, keras_variables, mxnet_kvstore, shuffle_order,
-                             tf_central_metrics, tf_collective_keys, tf_first_batch,
-                             tf_gradients, tf_loss_scaling, tf_on_batch, tf_worker_logs,
-                             torch_batch_norm, torch_empty_share, torch_keras_ddp, versions)
+                             tf_central_metrics, tf_collective_keys, tf_collective_server,
+                             tf_first_batch, tf_gradients, tf_loss_scaling, tf_on_batch,
+                             tf_worker_logs, torch_batch_norm, torch_empty_share,
+                             torch_keras_ddp, versions)
 
 # (first, last) of the versions tested, kept in one place (versions.py).
 KERAS_3 = (versions.TESTED_KERAS[0], versions.TESTED_KERAS[-1])
@@ -49,6 +50,9 @@ ENTRIES = (
           "(tf-central-storage).", ("tensorflow",), KERAS_3, tf_central_metrics.probe),
     Entry("tf_collective_keys", "Each MirroredStrategy numbers its all-reduce groups from "
           "a range of its own.", ("tensorflow",), KERAS_3, tf_collective_keys.probe),
+    Entry("tf_collective_server", "A worker's collective runtime is started once, also "
+          "where the program makes its own MultiWorkerMirroredStrategy.", ("tensorflow",),
+          KERAS_3, tf_collective_server.probe),
     Entry("tf_worker_logs", "A step's logs average over the workers whatever their shape "
           "(tf-multi-worker).", ("tensorflow",), KERAS_3, tf_worker_logs.probe),
     Entry("torch_batch_norm", "BatchNormalization's moments over every process's samples "

@@ -72,16 +72,27 @@ def run_script(path, *arguments, env=None, timeout=600, check=True):
     environ = dict(os.environ, **(env or {}))
     environ = {key: value for key, value in environ.items() if value is not None}
     command = [sys.executable, path] + [str(a) for a in arguments]
-    result = subprocess.run(command, env=environ, capture_output=True, text=True,
-                            timeout=timeout, cwd=ROOT)
-    if result.returncode != 0 and xla_cpu_rendezvous_abort(result.stderr):
-        warnings.warn(RENDEZVOUS_RETRY.format(path=path), RuntimeWarning)
+
+    def once():
         result = subprocess.run(command, env=environ, capture_output=True, text=True,
                                 timeout=timeout, cwd=ROOT)
-    if check and result.returncode != 0:
-        raise failed(path, result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else None, result.stdout, result.stderr
+        return result.returncode, result.stdout, result.stderr
+
+    status, stdout, stderr = again_after_rendezvous_abort(path, once)
+    if check and status != 0:
+        raise failed(path, status, stdout, stderr)
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None, stdout, stderr
+
+
+def again_after_rendezvous_abort(path, run):
+    """`run()`'s (exit status, stdout, stderr), run once more, with a warning,
+    where XLA:CPU aborted a collective (xla_cpu_rendezvous_abort)."""
+    status, stdout, stderr = run()
+    if status != 0 and xla_cpu_rendezvous_abort(stderr):
+        warnings.warn(RENDEZVOUS_RETRY.format(path=path), RuntimeWarning)
+        status, stdout, stderr = run()
+    return status, stdout, stderr
 
 
 # Where runs made once are kept for the session (the `kept_runs` fixture): one
@@ -143,12 +154,8 @@ def run_program(script, mode, folder, env=None):
         return run_script(script, mode, folder, env=env)
     # The processes torch's launcher starts for agnostic's run: forks too.
     workers = mode == "agnostic" and os.environ.get("KERAS_BACKEND") == "torch"
-    status, stdout, stderr = warm.run(script, [mode, folder], env, f"{folder}.{mode}",
-                                      workers=workers)
-    if status != 0 and xla_cpu_rendezvous_abort(stderr):
-        warnings.warn(RENDEZVOUS_RETRY.format(path=script), RuntimeWarning)
-        status, stdout, stderr = warm.run(script, [mode, folder], env, f"{folder}.{mode}",
-                                          workers=workers)
+    status, stdout, stderr = again_after_rendezvous_abort(script, lambda: warm.run(
+        script, [mode, folder], env, f"{folder}.{mode}", workers=workers))
     if status != 0:
         raise failed(script, status, stdout, stderr)
 

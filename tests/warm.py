@@ -271,13 +271,14 @@ def _server(kind="programs"):
     if kind == "workers":
         variables.update(devices.thread_variables(2))
     folder = tempfile.mkdtemp(prefix=f"agnostic-tests-warm-{kind}-")  # this user's alone
-    with open(os.path.join(folder, "variables.json"), "w") as handle:
-        json.dump(variables, handle)
-    client = os.path.join(folder, "python")
-    with open(client, "w") as handle:
-        handle.write(_CLIENT.format(python=sys.executable, folder=folder,
-                                    runtime=sorted(RUNTIME)))
-    os.chmod(client, 0o700)
+    if kind == "workers":  # what the launcher's workers start through (_CLIENT)
+        with open(os.path.join(folder, "variables.json"), "w") as handle:
+            json.dump(variables, handle)
+        client = os.path.join(folder, "python")
+        with open(client, "w") as handle:
+            handle.write(_CLIENT.format(python=sys.executable, folder=folder,
+                                        runtime=sorted(RUNTIME)))
+        os.chmod(client, 0o700)
     server = subprocess.Popen([sys.executable, "-c", _SERVE, folder], cwd=ROOT, text=True,
                               bufsize=1, env=variables, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

@@ -118,7 +118,16 @@ def machine():
     import platform
 
     return {"python": platform.python_version(), "processor": platform.processor()
-            or platform.machine(), "cpus": os.cpu_count(), "system": platform.platform()}
+            or platform.machine(), "cpus": os.cpu_count(), "system": platform.platform(),
+            "gpus": _gpus()}
+
+
+def _gpus():
+    """The NVIDIA GPUs as `agnostic info` lists them (nvidia-smi), or why none."""
+    sys.path.insert(0, ROOT)
+    from agnostic import report
+
+    return report._nvidia_smi()
 
 
 def write(folder, name, results, table):

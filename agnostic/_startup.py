@@ -40,7 +40,7 @@ from agnostic import cluster as cluster_lib
 from agnostic import devices as devices_lib
 from agnostic import errors
 from agnostic.cluster import listen
-from agnostic.compat import tf_collective_server
+from agnostic.compat import jax_joined, tf_collective_server
 
 try:  # installed: beside the package (pyproject.toml); in a source checkout: in it
     import _agnostic_hook as start_hook
@@ -254,6 +254,8 @@ def _join_jax(jax, environment):
         jax.distributed.initialize(
             coordinator_address=coordinator, num_processes=size, process_id=rank,
             local_device_ids=local_devices, initialization_timeout=seconds + 10, **options)
+        # The program's own join, as Keras's and JAX's guides write it, is this one.
+        jax_joined.keep_join(jax, size, rank, environment.name)
     except Exception as error:  # JAX's XlaRuntimeError: said plainly when it is the port
         if rank == 0 and "failed to start rpc server" in str(error).lower():
             where = options.get("coordinator_bind_address", coordinator)

@@ -12,12 +12,12 @@ import dataclasses
 from typing import Callable, Tuple
 
 from agnostic import errors
-from agnostic.compat import (fit_resume, jax_on_batch, jax_uneven_batches, keras_fit,
-                             keras_nodes, keras_variables, mxnet_kvstore, shuffle_order,
-                             tf_central_metrics, tf_collective_keys, tf_collective_server,
-                             tf_first_batch, tf_gradients, tf_loss_scaling, tf_on_batch,
-                             tf_worker_logs, torch_batch_norm, torch_empty_share,
-                             torch_keras_ddp, versions)
+from agnostic.compat import (fit_resume, jax_joined, jax_on_batch, jax_uneven_batches,
+                             keras_fit, keras_nodes, keras_variables, mxnet_kvstore,
+                             shuffle_order, tf_central_metrics, tf_collective_keys,
+                             tf_collective_server, tf_first_batch, tf_gradients,
+                             tf_loss_scaling, tf_on_batch, tf_worker_logs, torch_batch_norm,
+                             torch_empty_share, torch_keras_ddp, versions)
 
 # (first, last) of the versions tested, kept in one place (versions.py).
 KERAS_3 = (versions.TESTED_KERAS[0], versions.TESTED_KERAS[-1])
@@ -62,6 +62,8 @@ ENTRIES = (
     Entry("torch_keras_ddp", "The forward pass runs through DistributedDataParallel where "
           "Keras does not (3.16 does in its own step).", ("torch",), KERAS_3,
           torch_keras_ddp.probe),
+    Entry("jax_joined", "The program's own jax.distributed.initialize, where agnostic has "
+          "joined the job, is that join.", ("jax",), KERAS_3, jax_joined.probe),
     Entry("jax_on_batch", "train_on_batch and test_on_batch under a keras.distribution "
           "without a sample_weight.", ("jax",), ((3, 13), (3, 14)), jax_on_batch.probe),
     Entry("jax_uneven_batches", "A batch that does not divide over one process's devices "

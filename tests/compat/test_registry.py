@@ -40,7 +40,8 @@ MOVED = {
                    ("tf_collective_server", "tensorflow.python.eager.context",
                     "Context.enable_collective_ops")],
     "jax": [("jax_uneven_batches", "keras.src.backend.jax.distribution_lib",
-             "distribute_data_input")],
+             "distribute_data_input"),
+            ("jax_joined", "jax.distributed", "is_initialized")],
     "torch": [("torch_empty_share", "keras.src.losses.loss", "reduce_values")],
 }
 EVERY_ENGINE = [("keras_nodes", "keras.src.ops.function", "Function._get_operation_for_node")]

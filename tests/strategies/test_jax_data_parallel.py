@@ -96,3 +96,45 @@ def test_a_batch_that_does_not_divide_runs_whole_only_under_agnostics_distributi
     with keras_own.scope(), pytest.raises(ValueError):
         batch = np.zeros((3, 2), "float32")
         module.distribute_data_input(batch, keras_own.get_data_layout(batch.shape), "batch")
+
+
+def test_a_program_that_joins_as_keras_guide_writes_trains_in_agnostics_join(tmp_path):
+    # Two processes whose program calls keras.distribution.initialize(), as
+    # Keras's guide to distributed training starts; agnostic had joined them
+    # to the job as JAX was imported, and JAX refuses a second join ("should
+    # only be called once"). The program's call is that join; a call for
+    # another job is a clear error.
+    import json
+    import os
+
+    import numpy as np
+
+    from agnostic.launch.rendezvous import free_ports
+    from tests import jobs
+
+    script = os.path.join("tests", "scripts", "keras_guide_join.py")
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    processes = [jobs.start(jobs.python(script, tmp_path),
+                            KERAS_DISTRIBUTION_JOB_ADDRESSES=address,
+                            KERAS_DISTRIBUTION_NUM_PROCESSES="2",
+                            KERAS_DISTRIBUTION_PROCESS_ID=str(index),
+                            AGNOSTIC_CPU_DEVICES=None, AGNOSTIC_JOIN_SECONDS="60")
+                 for index in (0, 1)]
+    codes, outputs, _ = jobs.finish(processes, seconds=240)
+    jobs.succeeded(codes, outputs)
+    x, y = models.data()
+    reference = models.build(keras)
+    reference.compile(optimizer=models.sgd(keras), **models.COMPILE)
+    expected = reference.fit(x, y, batch_size=models.BATCH, epochs=models.EPOCHS,
+                             shuffle=False, verbose=0).history["loss"]
+    for index in (0, 1):
+        result = json.loads((tmp_path / f"result_{index}.json").read_text())
+        assert result["processes"] == 2
+        stored = np.load(tmp_path / f"weights_{index}.npz")
+        weights = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+        assert models.relative_difference(reference.get_weights(), weights) < 1e-5
+        np.testing.assert_allclose(result["loss"], expected, atol=1e-4)
+        said = result["another_job"]
+        assert said.startswith("LaunchError: ")
+        assert f"called as process {index} of 3" in said
+        assert f"as process {index} of 2 (from keras-distribution)" in said

@@ -6,7 +6,7 @@ global batch, and JAX's one program computes on the whole batch.
 """
 import contextlib
 
-from agnostic import collectives, in_place, methods, pipeline
+from agnostic import collectives, errors, in_place, methods, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base
 
@@ -18,6 +18,7 @@ class JaxDataParallelStrategy(base.Strategy):
         import keras
 
         plan = self.plan
+        _users_distribution(plan)
         if plan.num_processes > 1:
             _same_weights_everywhere(model)
         # agnostic gives each process its own shard (Keras would shard only
@@ -38,6 +39,41 @@ class JaxDataParallelStrategy(base.Strategy):
                       processes=processes, predict_scope=lambda: _locally(model))
         _save_outside_the_mesh(model)
         return model
+
+
+def _users_distribution(plan):
+    """The program's own keras.distribution (set_distribution, or its
+    scope), as Keras's guide to distribution sets it before building: a
+    DataParallel over the plan's devices is what agnostic makes anyway; any
+    other (ModelParallel's layouts, other devices) would be dropped for
+    agnostic's, so it is refused before agnostic changes anything."""
+    import keras
+
+    users = keras.distribution.distribution()
+    if users is None:
+        return
+    mesh = getattr(users, "device_mesh", None)
+    devices = [] if mesh is None else [_name(d) for d in mesh.devices.flatten()]
+    if type(users) is keras.distribution.DataParallel and \
+            sorted(devices) == sorted(_name(d) for d in plan.devices):
+        return
+    raise errors.NotSupportedError(
+        "backend_agnostic_compile was called under the program's own "
+        f"keras.distribution.{type(users).__name__} over {len(devices)} device(s), and "
+        f"this process's plan is {plan.strategy} over {len(plan.devices)} devices "
+        f"({plan.reason.rstrip('.')}). "
+        "agnostic makes the distribution itself and would drop that one's layouts. "
+        "Remove the set_distribution call (or its scope) to train with agnostic's "
+        "DataParallel, or compile with model.compile to train under your own "
+        "distribution."
+    )
+
+
+def _name(device):
+    """"cpu:0" for a JAX device or its Keras name (Keras's meshes hold either)."""
+    if hasattr(device, "platform") and hasattr(device, "id"):
+        return f"{device.platform}:{device.id}".lower()
+    return str(device).lower()
 
 
 def _save_outside_the_mesh(model):

@@ -138,3 +138,45 @@ def test_a_program_that_joins_as_keras_guide_writes_trains_in_agnostics_join(tmp
         assert said.startswith("LaunchError: ")
         assert f"called as process {index} of 3" in said
         assert f"as process {index} of 2 (from keras-distribution)" in said
+
+
+@pytest.mark.parametrize("devices", ["names", "jax devices"])
+def test_the_programs_own_data_parallel_over_the_same_devices_trains_as_before(devices):
+    # Keras's guide to distribution sets a DataParallel over every device
+    # before building; agnostic's is the same, so nothing is lost.
+    listed = keras.distribution.list_devices() if devices == "names" else jax.devices()
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=listed))
+    try:
+        x, y = models.data()
+        model = agnostic.backend_agnostic_compile(models.build(keras),
+                                                  optimizer=keras.optimizers.SGD(0.1),
+                                                  **models.COMPILE)
+        model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    finally:
+        keras.distribution.set_distribution(None)
+    reference = models.build(keras)
+    reference.compile(optimizer=keras.optimizers.SGD(0.1), **models.COMPILE)
+    reference.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert models.relative_difference(reference.get_weights(), model.get_weights()) < 1e-5
+
+
+def test_the_programs_own_model_parallel_is_refused_not_dropped():
+    # Its layouts would be replaced by agnostic's DataParallel, silently:
+    # refused, naming it and both ways out, before agnostic changes anything.
+    mesh = keras.distribution.DeviceMesh((2, 2), ["batch", "model"],
+                                         devices=keras.distribution.list_devices()[:4])
+    layouts = keras.distribution.LayoutMap(mesh)
+    layouts["dense(_1)?/kernel"] = (None, "model")
+    users = keras.distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch")
+    keras.distribution.set_distribution(users)
+    try:
+        template = models.build(keras)
+        with pytest.raises(agnostic.errors.NotSupportedError) as refused:
+            agnostic.backend_agnostic_compile(template, optimizer="sgd", **models.COMPILE)
+        assert keras.distribution.distribution() is users
+    finally:
+        keras.distribution.set_distribution(None)
+    said = str(refused.value)
+    assert "keras.distribution.ModelParallel over 4 device(s)" in said
+    assert "Remove the set_distribution call" in said and "model.compile" in said
+    assert not template.compiled  # not compiled

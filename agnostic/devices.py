@@ -228,12 +228,18 @@ def _jax(environment=None):
     import jax
 
     found = jax.devices()  # every process's devices, when there are several
-    names = tuple(f"{d.platform}:{d.id}" for d in found)
+    names = tuple(jax_name(d) for d in found)
     processes = {"num_processes": jax.process_count(), "process_id": jax.process_index()}
     if found[0].platform != "cpu":
         return DeviceListing(names, "cpu:0", accelerators=True, **processes)
     return DeviceListing(names, names[0], accelerators=False,
                          simulated=len(names) > processes["num_processes"], **processes)
+
+
+def jax_name(device):
+    """A JAX device's name in plans and meshes, as Keras's list_devices gives it:
+    "cpu:0", "gpu:1"."""
+    return f"{device.platform}:{device.id}"
 
 
 def _mxnet(environment=None):

@@ -51,6 +51,12 @@ def model_file(keras, folder, name):
     return os.path.join(str(folder), name + (".keras" if is_keras3(keras) else ".h5"))
 
 
+def saved_weights(path):
+    """The weights a run saved with np.savez(path, *model.get_weights())."""
+    stored = np.load(str(path))
+    return [stored[f"arr_{index}"] for index in range(len(stored.files))]
+
+
 def data(samples=SAMPLES):
     rng = np.random.RandomState(0)
     x = rng.normal(size=(samples, 8)).astype("float32")

@@ -268,10 +268,9 @@ def _server(kind="programs"):
 
     stop(kind)
     variables = dict(os.environ)
-    if kind == "workers":
-        variables.update(devices.thread_variables(2))
     folder = tempfile.mkdtemp(prefix=f"agnostic-tests-warm-{kind}-")  # this user's alone
-    if kind == "workers":  # what the launcher's workers start through (_CLIENT)
+    if kind == "workers":  # and what the launcher's workers start through (_CLIENT)
+        variables.update(devices.thread_variables(2))
         with open(os.path.join(folder, "variables.json"), "w") as handle:
             json.dump(variables, handle)
         client = os.path.join(folder, "python")

@@ -6,7 +6,7 @@ global batch, and JAX's one program computes on the whole batch.
 """
 import contextlib
 
-from agnostic import collectives, errors, in_place, methods, pipeline
+from agnostic import collectives, devices, errors, in_place, methods, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base
 
@@ -53,13 +53,13 @@ def _users_distribution(plan):
     if users is None:
         return
     mesh = getattr(users, "device_mesh", None)
-    devices = [] if mesh is None else [_name(d) for d in mesh.devices.flatten()]
+    meshed = [] if mesh is None else [_name(d) for d in mesh.devices.flatten()]
     if type(users) is keras.distribution.DataParallel and \
-            sorted(devices) == sorted(_name(d) for d in plan.devices):
+            sorted(meshed) == sorted(_name(d) for d in plan.devices):
         return
     raise errors.NotSupportedError(
         "backend_agnostic_compile was called under the program's own "
-        f"keras.distribution.{type(users).__name__} over {len(devices)} device(s), and "
+        f"keras.distribution.{type(users).__name__} over {len(meshed)} device(s), and "
         f"this process's plan is {plan.strategy} over {len(plan.devices)} devices "
         f"({plan.reason.rstrip('.')}). "
         "agnostic makes the distribution itself and would drop that one's layouts. "
@@ -72,7 +72,7 @@ def _users_distribution(plan):
 def _name(device):
     """"cpu:0" for a JAX device or its Keras name (Keras's meshes hold either)."""
     if hasattr(device, "platform") and hasattr(device, "id"):
-        return f"{device.platform}:{device.id}".lower()
+        return devices.jax_name(device)
     return str(device).lower()
 
 

@@ -38,10 +38,8 @@ def test_a_program_with_its_own_strategy_trains_in_it_whoever_is_late(tmp_path, 
     jobs.succeeded(codes, outputs)
     results = [json.loads((tmp_path / f"result_{index}.json").read_text())
                for index in (0, 1)]
-    stored = {name: np.load(tmp_path / f"weights_{name}.npz")
-              for name in ("0", "1", "one_device")}
-    weights = {name: [values[f"arr_{i}"] for i in range(len(values.files))]
-               for name, values in stored.items()}
+    weights = {name: models.saved_weights(tmp_path / f"weights_{name}.npz")
+               for name in ("0", "1", "one_device")}
     for index, result in enumerate(results):
         assert result["users_strategy"], result  # trained under the program's own
         assert models.relative_difference(weights["one_device"], weights[str(index)]) < 1e-5

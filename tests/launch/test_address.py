@@ -11,6 +11,9 @@ import pytest
 from agnostic.launch import address, nodes, rendezvous, settings
 from tests.launch.launching import start
 
+# Starts no engine in any process (tests/conftest.py: where it runs).
+pytestmark = pytest.mark.engine_free
+
 
 @pytest.mark.parametrize("host, port, written", [
     ("::1", 29502, "[::1]:29502"), ("2001:db8::5", 1, "[2001:db8::5]:1"),

@@ -19,6 +19,9 @@ from agnostic.launch import local
 from agnostic.strategies import torch_ddp
 from tests.conftest import ROOT
 
+# Starts no engine in any process (tests/conftest.py: where it runs).
+pytestmark = pytest.mark.engine_free
+
 CPUS_4 = DeviceListing(tuple(f"cpu:{i}" for i in range(4)), "cpu:0",
                        accelerators=False, simulated=True)
 TORCHRUN = {"TORCHELASTIC_RUN_ID": "none", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",

@@ -15,8 +15,9 @@ from agnostic import errors, preemption
 from agnostic.launch import local
 from tests.conftest import ROOT
 
-# Bounds in seconds: run alone, not beside other tests (tox: -m serial).
-pytestmark = pytest.mark.serial
+# Bounds in seconds: run alone, not beside other tests (tox: -m serial);
+# no engine in any process (tests/conftest.py: where it runs).
+pytestmark = [pytest.mark.serial, pytest.mark.engine_free]
 
 SCRIPT = os.path.join("tests", "scripts", "launcher_exit.py")
 

@@ -14,6 +14,9 @@ import pytest
 from agnostic.launch import output
 from tests.launch.launching import environment, launch, read, temporary_logs
 
+# Starts no engine in any process (tests/conftest.py: where it runs).
+pytestmark = pytest.mark.engine_free
+
 PRINTS = """import os, sys
 rank = os.environ["RANK"]
 print(f"stdout of rank {rank}")

@@ -16,8 +16,9 @@ from agnostic import errors
 from agnostic.launch import channel, rendezvous, secret, settings
 from tests.conftest import ROOT
 
-# Bounds in seconds: run alone, not beside other tests (tox: -m serial).
-pytestmark = pytest.mark.serial
+# Bounds in seconds: run alone, not beside other tests (tox: -m serial);
+# no engine in any process (tests/conftest.py: where it runs).
+pytestmark = [pytest.mark.serial, pytest.mark.engine_free]
 
 SECRET = "0123456789abcdef-the-job's-secret"
 WORKER = """import json, os, sys, time

@@ -11,6 +11,9 @@ import pytest
 
 from tests.launch.launching import launch, read, start
 
+# Starts no engine in any process (tests/conftest.py: where it runs).
+pytestmark = pytest.mark.engine_free
+
 # Rank 1 fails (status 3) on the attempts FOLDER/fail says, or on the first
 # only when that file is absent; every process leaves FOLDER/started-RANK-ATTEMPT.
 FLAKY = """import os, sys, time

@@ -9,6 +9,9 @@ import pytest
 from agnostic import devices
 from tests.launch.launching import launch
 
+# Starts no engine in any process (tests/conftest.py: where it runs).
+pytestmark = pytest.mark.engine_free
+
 SAYS = """import json, os
 print(json.dumps({name: os.environ.get(name) for name in
                   ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")}))

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from tests import models
@@ -43,8 +42,7 @@ def signal_at_marker(process, folder, number):
 
 
 def final_weights(folder):
-    stored = np.load(os.path.join(str(folder), "final.npz"))
-    return [stored[f"arr_{i}"] for i in range(len(stored.files))]
+    return models.saved_weights(os.path.join(str(folder), "final.npz"))
 
 
 def leftovers(temporary):

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from tests import models
@@ -23,8 +22,7 @@ SCRIPT = os.path.join(ROOT, "tests", "scripts", "preempt.py")
 
 
 def weights(folder):
-    stored = np.load(os.path.join(str(folder), "final.npz"))
-    return [stored[f"arr_{i}"] for i in range(len(stored.files))]
+    return models.saved_weights(os.path.join(str(folder), "final.npz"))
 
 
 def stopped_at(engine):

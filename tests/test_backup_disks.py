@@ -16,7 +16,7 @@ keras = engine_or_skip()
 import agnostic  # noqa: E402
 
 from tests.launch.test_nodes import REPLICAS, start_node  # noqa: E402
-from agnostic.launch.local import free_port  # noqa: E402
+from agnostic.launch.processes import free_port  # noqa: E402
 
 SCRIPT = os.path.join("tests", "scripts", "checkpoints.py")
 

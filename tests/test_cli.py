@@ -15,7 +15,7 @@ import types
 import pytest
 
 from agnostic import cli, errors
-from agnostic.launch import local, nodes, output, rendezvous, settings
+from agnostic.launch import nodes, output, processes, rendezvous, settings
 from tests.conftest import ROOT, cpu_devices
 
 
@@ -292,7 +292,7 @@ def nothing_starts(monkeypatch):
     monkeypatch.setattr(output, "Folder", refuse)
     monkeypatch.setattr(rendezvous, "Leader", refuse)
     monkeypatch.setattr(rendezvous, "Member", refuse)
-    monkeypatch.setattr(rendezvous, "free_ports", refuse)
+    monkeypatch.setattr(processes, "free_ports", refuse)
 
 
 def refused(capsys, *argv):
@@ -435,11 +435,17 @@ def test_nproc_error_comes_before_the_missing_script(capsys, nothing_starts):
     assert "--nproc-per-node" in refused(capsys, "--nproc-per-node", "0", "missing.py")
 
 
+@pytest.fixture
+def port():
+    """A free port, found before `nothing_starts` refuses the search for one."""
+    return processes.free_port()
+
+
 @pytest.mark.serial  # a refusal within seconds: run alone (tox: -m serial)
-def test_missing_script_is_refused_without_waiting_for_other_nodes(capsys, nothing_starts):
+def test_missing_script_is_refused_without_waiting_for_other_nodes(capsys, port, nothing_starts):
     began = time.monotonic()
     error = refused(capsys, "--nnodes", "2", "--node-rank", "1", "--master-port",
-                    str(local.free_port()), "missing_train.py", "--epochs", "3")
+                    str(port), "missing_train.py", "--epochs", "3")
     assert time.monotonic() - began < 10
     assert "The script 'missing_train.py' does not exist (relative to " in error
     assert "Expected the Python file every process runs, such as train.py, or -m" in error

@@ -44,7 +44,7 @@ def python(arguments, timeout=120, **variables):
 
 
 def free_port():
-    from agnostic.launch.local import free_port as port
+    from agnostic.launch.processes import free_port as port
 
     return port()
 

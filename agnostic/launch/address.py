@@ -6,7 +6,7 @@ import shlex
 import socket
 
 from agnostic import errors
-from agnostic.launch import local
+from agnostic.launch import processes
 
 TORCH_PORT_OFFSET = 1
 JAX_PORT_OFFSET = 2
@@ -133,7 +133,7 @@ def standalone_master(nnodes, master, master_addr, master_port, rdzv_endpoint=No
 def free_master_port(attempts=100):
     """A free port P with P+1 (torch's store) and P+2 (JAX's coordinator) free too."""
     for _ in range(attempts):
-        port = local.free_port()
+        port = processes.free_port()
         if port <= HIGHEST_MASTER_PORT and all(
                 _is_free(port + offset) for offset in (TORCH_PORT_OFFSET, JAX_PORT_OFFSET)):
             return port

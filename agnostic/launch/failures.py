@@ -18,11 +18,6 @@ import traceback
 
 # The folder where a launched group's processes leave their reports.
 REPORTS_VARIABLE = "AGNOSTIC_FAILURE_REPORTS"
-# The folder where they say they have finished (the shim's workers: the
-# reports folder; agnostic launch's: one of this alone, as their errors go to
-# their own stderr).
-FINISHED_VARIABLE = "AGNOSTIC_FINISHED"
-
 # What the engines' collectives say when the process at the other end ended.
 PEER_SIGNS = (
     "Connection closed by peer",
@@ -90,36 +85,6 @@ def install(rank, record):
             previous(kind, value, trace)
 
     sys.excepthook = hook
-
-
-def mark_finished(rank):
-    """Says, in a launched worker, that this process has done its work and
-    left its group cleanly: what happens after that is the interpreter's
-    teardown (where torch's gloo threads can still abort the process, a
-    known torch problem), not a failure of training."""
-    folder = os.environ.get(FINISHED_VARIABLE)
-    if folder and os.path.isdir(folder):
-        with open(os.path.join(folder, f"finished_{rank}"), "w"):
-            pass
-
-
-def status(code, rank, folder):
-    """A worker's exit status `code` as its launcher counts it: killed by a
-    signal after it marked itself finished in `folder`, 0 (its work was done
-    and its group left; torch's teardown aborted it), else `code`."""
-    if code is not None and code < 0 and rank in finished(folder):
-        return 0
-    return code
-
-
-def finished(folder):
-    """The ranks that marked themselves finished in `folder` (none once the
-    folder is gone)."""
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return set()
-    return {int(name.split("_")[1]) for name in names if name.startswith("finished_")}
 
 
 def write(folder, failure):

@@ -15,12 +15,10 @@ rank ([rank1]: ...), and its standard output is written to a log folder made
 in the temp dir, said once at start (launch/output.py).
 """
 import atexit
-import ctypes
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,11 +26,10 @@ import threading
 import time
 
 from agnostic import cluster, devices, errors, preemption
-from agnostic.launch import failures, output
+from agnostic.launch import failures, output, processes
 
 logger = logging.getLogger("agnostic")
 POLL_SECONDS = 0.2
-GRACE_SECONDS = 10
 # After rank 0 ends, how long the workers (which run the same script in step
 # with it, and may still be writing) may take to end before they are stopped.
 EXIT_WAIT_SECONDS = 120
@@ -118,40 +115,6 @@ def forward(signum, send=True):
         _launched[0].preempt(signum, send)
 
 
-def exit_status(code):
-    """A process's status as an exit status: killed by a signal counts as 1."""
-    return code if 0 < code < 256 else 1
-
-
-def stop_processes(processes):
-    """Ends every process still running: SIGTERM, then SIGKILL after a grace."""
-    processes = list(processes)
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + GRACE_SECONDS
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _die_with_parent():
-    # Linux: the kernel sends SIGKILL to the worker when rank 0 dies.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
 class Workers:
     """Ranks 1..N-1, started and watched by rank 0."""
 
@@ -159,7 +122,7 @@ class Workers:
         local_ranks = local_ranks or list(range(world_size))
         self.group = cluster.Environment(
             "agnostic", world_size, 0, local_rank=local_ranks[0], coordinator="127.0.0.1",
-            port=free_port(), started_by_scheduler=False, local_world_size=world_size)
+            port=processes.free_port(), started_by_scheduler=False, local_world_size=world_size)
         command = script_command()
         self.exit_seconds = exit_seconds()
         preemption.signals()  # a bad AGNOSTIC_PREEMPT_SIGNAL: said before any start
@@ -171,7 +134,7 @@ class Workers:
         ranks = [(rank, local_ranks[rank]) for rank in range(1, world_size)]
         logger.warning("agnostic: %s.", self.logs.notice(chosen, ranks, "rank_<r>"))
         self.streams = output.Streams(chosen, self.logs.path)
-        self.processes = {}
+        self.processes = processes.Processes(finished=self.reports)
         for rank, local_rank in ranks:
             environment = dict(os.environ)
             environment.update(
@@ -186,13 +149,12 @@ class Workers:
             )
             environment.update(devices.thread_variables(world_size))
             environment[failures.REPORTS_VARIABLE] = self.reports
-            environment[failures.FINISHED_VARIABLE] = self.reports
-            self.processes[rank] = self.streams.popen(
+            environment[processes.FINISHED_VARIABLE] = self.reports
+            self.processes.add(rank, self.streams.popen(
                 rank, local_rank, command, env=environment, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent)
+                preexec_fn=processes.die_with_parent))
         self._own_failure = None  # rank 0's uncaught exception
         self._ended = threading.Lock()  # one thread ends the group
-        self._finished = set()  # workers killed by a signal after they finished
         self._done = False  # every worker ended well: nothing left to watch
         atexit.register(self.wait)
         # Outside fit (whose own handler stops at a step), a preempting
@@ -206,22 +168,12 @@ class Workers:
         """The run is preempted by `signum`; `send`: pass it on to the workers."""
         self.preempted = self.preempted or signum
         if send:
-            for process in self.processes.values():
-                if process.poll() is None:
-                    try:
-                        process.send_signal(signum)
-                    except OSError:  # ended meanwhile
-                        pass
+            self.processes.send(signum)
 
     def _signalled(self, signum, frame):
         self.preempt(signum)
         if not self._exiting:  # else wait() is waiting for the workers already
             raise SystemExit(preemption.status(signum))
-
-    def _ended_preempted(self, rank):
-        """Whether a worker ended as a preempted process does."""
-        return preemption.is_preempted_status(self.processes[rank].poll(),
-                                              self.preempted)
 
     def record(self, failure):
         """Rank 0's uncaught exception, shown with the others' at exit."""
@@ -231,8 +183,8 @@ class Workers:
         """Every failure known now: reports, and workers ended without one."""
         reported = failures.read(self.reports)
         found = [self._own_failure] if self._own_failure else []
-        for rank in self.processes:
-            code = self._code(rank)
+        for rank in self.processes.by_rank:
+            code = self.processes.code(rank)
             if rank in reported:
                 found.append(reported[rank])
             elif code not in (None, 0):
@@ -270,29 +222,18 @@ class Workers:
                 cause = "after a peer had ended" if not other.own else "also"
                 logger.error("agnostic: %s %s: %s", self._describe(other.rank),
                              cause, other.summary)
-        self.stop()
+        self.processes.stop()
         self._close_output()
         sys.stderr.flush()
         shutil.rmtree(self.reports, ignore_errors=True)
-        os._exit(exit_status(code) if code else 1)
-
-    def _code(self, rank):
-        """A worker's exit status now (None: running). Killed by a signal
-        after it marked itself finished (failures.mark_finished) counts as 0:
-        its work was done and its group left; torch's teardown aborted it."""
-        code = self.processes[rank].poll()
-        if rank not in self._finished and code != failures.status(code, rank, self.reports):
-            logger.debug("agnostic: rank %d ended with status %d after it had finished "
-                         "its work and left the group; counted as finished.", rank, code)
-            self._finished.add(rank)
-        return 0 if rank in self._finished else code
+        os._exit(processes.exit_status(code) if code else 1)
 
     def _status(self, rank):
         """A worker's exit status, once it has exited (it reports first)."""
-        if rank not in self.processes:
+        if rank not in self.processes.by_rank:
             return None
         try:
-            return self.processes[rank].wait(timeout=GRACE_SECONDS)
+            return self.processes.by_rank[rank].wait(timeout=processes.GRACE_SECONDS)
         except subprocess.TimeoutExpired:
             return None
 
@@ -300,25 +241,21 @@ class Workers:
         size = len(self.processes) + 1
         if rank == 0:
             return f"rank 0 of {size} (process {os.getpid()}, the launcher) failed"
-        who = f"worker process {self.processes[rank].pid} (rank {rank} of {size})"
+        who = f"worker process {self.processes.by_rank[rank].pid} (rank {rank} of {size})"
         return f"{who} exited with status {code}" if code is not None else f"{who} failed"
 
     def _watch(self):
         while True:
             # A worker preempted ends after the step every process stops at:
             # rank 0 stops there too (it may still be writing the backup).
-            if any(self._code(rank) not in (None, 0) and not self._ended_preempted(rank)
-                   for rank in self.processes):
+            if self.processes.failed(self.preempted) is not None:
                 with self._ended:
                     if self._done:  # wait() found every worker ended well
                         return
                     self._end_in_failure()
-            if all(p.poll() is not None for p in self.processes.values()):
+            if self.processes.ended():
                 return
             time.sleep(POLL_SECONDS)
-
-    def stop(self):
-        stop_processes(self.processes.values())
 
     def wait(self):
         """At rank 0's exit: wait for the workers, exit with their status."""
@@ -328,24 +265,23 @@ class Workers:
                 self._end_in_failure()
         deadline = time.monotonic() + self.exit_seconds
         stopped = False
-        while any(p.poll() is None for p in self.processes.values()):
+        while not self.processes.ended():
             if time.monotonic() > deadline:
                 # Rank 0 ended well: the workers' late end is no failure.
                 logger.warning(
                     "agnostic: rank 0 has ended; worker processes %s still running "
                     "%g s later (%s) are stopped now.",
-                    ", ".join(str(p.pid) for p in self.processes.values() if p.poll() is None),
+                    ", ".join(str(p.pid) for p in self.processes if p.poll() is None),
                     self.exit_seconds, EXIT_VARIABLE)
                 stopped = True
                 break
             time.sleep(POLL_SECONDS)
         with self._ended:
-            if any(self._code(rank) not in (None, 0) and not self._ended_preempted(rank)
-                   for rank in self.processes):
+            if self.processes.failed(self.preempted) is not None:
                 self._end_in_failure()
             self._done = True
         if stopped:
-            self.stop()
+            self.processes.stop()
         self._close_output()
         shutil.rmtree(self.reports, ignore_errors=True)
 

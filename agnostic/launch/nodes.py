@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from agnostic import devices, preemption
-from agnostic.launch import failures, local, output, rendezvous, secret
+from agnostic.launch import output, processes, rendezvous, secret
 from agnostic.launch.address import JAX_PORT_OFFSET, TORCH_PORT_OFFSET, host_port
 from agnostic.launch.settings import check_command
 
@@ -117,7 +117,7 @@ def _meet(launch, secret_file=None, listen_addr=None):
     """(the rendezvous party or None, the whole cluster). A single node
     opens no channel; several need the job's secret, checked first."""
     if launch.nnodes == 1:
-        node = rendezvous.Node(0, launch.host, rendezvous.free_ports(launch.nproc))
+        node = rendezvous.Node(0, launch.host, processes.free_ports(launch.nproc))
         return None, rendezvous.Cluster((node,))
     job_secret = secret.for_launch(launch.nnodes, secret_file)
     rendezvous.join_seconds()  # a bad AGNOSTIC_JOIN_SECONDS refused before listening
@@ -136,11 +136,11 @@ def _start(command, cluster, launch, local_rank, streams, attempt=0, finished=No
     # processes for torchrun's).
     variables.update(TORCHELASTIC_RESTART_COUNT=str(attempt),
                      TORCHELASTIC_MAX_RESTARTS=str(launch.max_restarts))
-    if finished:  # where a worker says it finished its work (failures.mark_finished)
-        variables[failures.FINISHED_VARIABLE] = finished
+    if finished:  # where a worker says it finished its work (processes.mark_finished)
+        variables[processes.FINISHED_VARIABLE] = finished
     rank = cluster.first_rank(launch.node_rank) + local_rank
     return streams.popen(rank, local_rank, [sys.executable] + list(command),
-                         env=dict(os.environ, **variables), preexec_fn=local._die_with_parent)
+                         env=dict(os.environ, **variables), preexec_fn=processes.die_with_parent)
 
 
 def _supervise(start, count, first_rank, party, node_rank, finished=None):
@@ -158,41 +158,30 @@ def _supervise(start, count, first_rank, party, node_rank, finished=None):
     their step and backup. The signal is handled from before the first
     process starts: one that comes while they start reaches each of them."""
     links = rendezvous.links_of(party) if party is not None else []
-    caught, processes = [], []
-
-    def send(signum, to):
-        for process in to:
-            if process.poll() is None:
-                try:
-                    process.send_signal(signum)
-                except OSError:
-                    pass
+    caught, started = [], processes.Processes(finished)
 
     def forward(signum, frame):
         caught.append(signum)
-        send(signum, processes)
+        started.send(signum)
 
     previous = preemption.handle(forward)
     try:
         for local_rank in range(count):
-            processes.append(start(local_rank))
+            started.add(first_rank + local_rank, start(local_rank))
             if caught:  # it came before this one was in the list
-                send(caught[0], processes[-1:])
+                started.send(caught[0], [first_rank + local_rank])
         while True:
-            forwarded = caught[0] if caught else None
-            codes = [failures.status(process.poll(), first_rank + index, finished)
-                     if finished else process.poll()
-                     for index, process in enumerate(processes)]
-            for index, (process, code) in enumerate(zip(processes, codes)):
-                if code not in (None, 0) and not preemption.is_preempted_status(code, forwarded):
-                    message = (f"worker process {process.pid} (rank {first_rank + index}, "
-                               f"node {node_rank}) exited with status {code}")
-                    _tell(links, message)
-                    local.stop_processes(processes)
-                    return local.exit_status(code), message
-            if all(code is not None for code in codes):  # none failed
+            done = started.ended()  # before the failures: every end is seen
+            rank = started.failed(caught[0] if caught else None)
+            if rank is not None:
+                message = (f"worker process {started.by_rank[rank].pid} (rank {rank}, "
+                           f"node {node_rank}) exited with status {started.code(rank)}")
+                _tell(links, message)
+                started.stop()
+                return processes.exit_status(started.code(rank)), message
+            if done:  # none failed
                 _tell(links, None)
-                ended = [code for code in codes if code != 0]
+                ended = [code for code in map(started.code, started.by_rank) if code != 0]
                 if caught or ended:
                     return preemption.status(caught[0] if caught else _signal_of(ended[0])), None
                 return 0, None
@@ -201,14 +190,12 @@ def _supervise(start, count, first_rank, party, node_rank, finished=None):
                 if isinstance(party, rendezvous.Leader):
                     _tell(links, notice)
                 logger.error("agnostic: %s; stopping this node's processes.", notice)
-                local.stop_processes(processes)
+                started.stop()
                 return 1, None
     except KeyboardInterrupt:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
+        started.send(signal.SIGINT)
         _tell(links, f"node {node_rank} was interrupted")
-        local.stop_processes(processes)
+        started.stop()
         return 130, None
     finally:
         preemption.restore(previous)

@@ -25,7 +25,7 @@ import time
 from typing import List, Optional, Tuple
 
 from agnostic import errors
-from agnostic.launch import channel
+from agnostic.launch import channel, processes
 from agnostic.launch.address import host_port
 
 logger = logging.getLogger("agnostic")
@@ -59,19 +59,6 @@ class Cluster:
 
     def worker_addresses(self):
         return [host_port(node.host, port) for node in self.nodes for port in node.ports]
-
-
-def free_ports(count):
-    sockets = []
-    try:
-        for _ in range(count):
-            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            probe.bind(("", 0))
-            sockets.append(probe)
-        return tuple(s.getsockname()[1] for s in sockets)
-    finally:
-        for probe in sockets:
-            probe.close()
 
 
 def join_seconds(environ=None):
@@ -178,7 +165,7 @@ class Leader:
     def gather(self):
         seconds = join_seconds()
         deadline = time.monotonic() + seconds
-        nodes = {0: Node(0, self.host, free_ports(self.nproc))}
+        nodes = {0: Node(0, self.host, processes.free_ports(self.nproc))}
         waiting = {}  # socket -> _Newcomer
         try:
             while len(nodes) < self.nnodes:
@@ -326,7 +313,7 @@ class Member:
     def __init__(self, host, port, node_rank, nnodes, nproc, secret):
         self.host, self.port, self.secret = host, port, secret
         self.hello = {"node_rank": node_rank, "nnodes": nnodes, "nproc": nproc,
-                      "ports": list(free_ports(nproc))}
+                      "ports": list(processes.free_ports(nproc))}
         seconds = join_seconds()
         deadline = time.monotonic() + seconds
         last, doubt, said = None, None, None

@@ -18,7 +18,7 @@ from agnostic import _startup, batch_norm, batching, collectives, devices, error
 from agnostic import in_place, methods, pipeline
 from agnostic.cluster import torch_join
 from agnostic.compat import torch_batch_norm, torch_keras_ddp
-from agnostic.launch import failures, local
+from agnostic.launch import local, processes
 from agnostic.strategies import base, torch_gradients, torch_reduce
 
 logger = logging.getLogger("agnostic")
@@ -104,7 +104,7 @@ def _leave_group():
         except Exception as error:  # exiting anyway; say so, do not fail
             logger.debug("ending the process group at exit: %s", error)
         else:
-            failures.mark_finished(rank)
+            processes.mark_finished(rank)
 
 
 def _device_indexes(plan):

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from agnostic.launch.processes import free_port
 from tests.conftest import ROOT, engine_or_skip
 
 # Bounds in seconds: run alone, not beside other tests (tox: -m serial).
@@ -24,12 +25,6 @@ model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
 agnostic.backend_agnostic_compile(model, optimizer="sgd", loss="mse")
 print("compiled")
 """
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def listening(port):

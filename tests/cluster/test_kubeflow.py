@@ -13,7 +13,7 @@ from tests.conftest import engine_or_skip
 
 engine_or_skip()
 
-from agnostic.launch.local import free_port  # noqa: E402
+from agnostic.launch.processes import free_port  # noqa: E402
 
 ENGINE = os.environ.get("KERAS_BACKEND")
 

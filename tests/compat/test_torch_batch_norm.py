@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from agnostic.compat import torch_batch_norm  # noqa: E402
-from agnostic.launch.local import free_port  # noqa: E402
+from agnostic.launch.processes import free_port  # noqa: E402
 
 
 @pytest.fixture

@@ -49,10 +49,10 @@ def test_a_signal_death_is_a_cause_named_by_its_signal():
 # the interpreter's teardown; those that first said their work was done
 # (torch-ddp says so once it has left its process group) ended well.
 ABORTS = """import os, sys
-from agnostic.launch import failures
+from agnostic.launch import processes
 rank = int(os.environ["RANK"])
 if sys.argv[1] == "every" or rank == 0:
-    failures.mark_finished(rank)
+    processes.mark_finished(rank)
 os.abort()
 """
 

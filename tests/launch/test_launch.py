@@ -15,7 +15,7 @@ import agnostic
 from agnostic import errors, plan
 from agnostic.devices import DeviceListing
 from agnostic import cluster
-from agnostic.launch import local
+from agnostic.launch import local, processes
 from agnostic.strategies import torch_ddp
 from tests.conftest import ROOT
 
@@ -96,7 +96,7 @@ def test_master_must_be_host_and_port(master):
 
 def test_unreachable_master_is_reported(monkeypatch):
     monkeypatch.setattr(rendezvous, "JOIN_SECONDS", 2)
-    port = local.free_port()  # nobody listens there
+    port = processes.free_port()  # nobody listens there
     began = time.monotonic()
     with pytest.raises(errors.LaunchError, match=f"Cannot reach the master 127.0.0.1:{port}"):
         rendezvous.Member("127.0.0.1", port, 1, 2, 1, SECRET)
@@ -114,13 +114,13 @@ def test_master_port_in_use_is_reported():
 
 def test_a_node_that_never_joins_is_named(monkeypatch):
     monkeypatch.setattr(rendezvous, "JOIN_SECONDS", 1)
-    leader = rendezvous.Leader("127.0.0.1", local.free_port(), 3, 1, SECRET)
+    leader = rendezvous.Leader("127.0.0.1", processes.free_port(), 3, 1, SECRET)
     with pytest.raises(errors.LaunchError, match=r"Node\(s\) \[1, 2\] did not join within 1 s"):
         leader.gather()
 
 
 def test_nodes_that_disagree_are_refused():
-    port = local.free_port()
+    port = processes.free_port()
     leader = rendezvous.Leader("127.0.0.1", port, 2, 1, SECRET)
     failures = []
     thread = threading.Thread(target=lambda: _gather(leader, failures))
@@ -132,7 +132,7 @@ def test_nodes_that_disagree_are_refused():
 
 
 def test_nodes_that_agree_get_the_whole_cluster():
-    port = local.free_port()
+    port = processes.free_port()
     leader = rendezvous.Leader("127.0.0.1", port, 2, 2, SECRET)
     clusters = []
     thread = threading.Thread(target=lambda: clusters.append(leader.gather()))

@@ -16,7 +16,7 @@ from tests.conftest import ROOT, alive, engine_or_skip
 
 engine_or_skip()
 
-from agnostic.launch.local import free_port  # noqa: E402
+from agnostic.launch.processes import free_port  # noqa: E402
 
 ENGINE = os.environ.get("KERAS_BACKEND")
 # Devices per node: JAX splits each process's CPU in two; torch runs one

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 
+from agnostic.launch.processes import free_ports
 from tests.schedulers import apt_install, find_command, run
 
 COMMANDS = ("slurmctld", "slurmd", "srun", "sbatch", "sinfo")
@@ -121,22 +122,10 @@ def local_cluster(start_timeout=30):
         shutil.rmtree(cluster.folder, ignore_errors=True)
 
 
-def _free_ports(count):
-    # All bound at once, so that they differ.
-    probes = [socket.socket() for _ in range(count)]
-    try:
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
-
-
 def _write_config(folder, conf):
     for path in ["state", "log"] + [os.path.join("spool", node) for node in NODES]:
         os.makedirs(os.path.join(folder, path))
-    ports = dict(zip(["controller_port", "n1_port", "n2_port"], _free_ports(3)))
+    ports = dict(zip(["controller_port", "n1_port", "n2_port"], free_ports(3)))
     with open(conf, "w") as handle:
         handle.write(CONFIG.format(folder=folder, **ports))
 

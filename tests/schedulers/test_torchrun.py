@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from agnostic.launch.local import free_port
+from agnostic.launch.processes import free_port
 from tests import jobs
 from tests.schedulers.test_training import DEVICES, variables
 

@@ -109,7 +109,7 @@ def test_a_program_that_joins_as_keras_guide_writes_trains_in_agnostics_join(tmp
 
     import numpy as np
 
-    from agnostic.launch.rendezvous import free_ports
+    from agnostic.launch.processes import free_ports
     from tests import jobs
 
     script = os.path.join("tests", "scripts", "keras_guide_join.py")

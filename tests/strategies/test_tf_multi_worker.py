@@ -13,7 +13,7 @@ from tests.conftest import engine_or_skip
 
 engine_or_skip()
 
-from agnostic.launch.rendezvous import free_ports  # noqa: E402
+from agnostic.launch.processes import free_ports  # noqa: E402
 
 SCRIPT = os.path.join("tests", "scripts", "own_strategy.py")
 LATE = 8  # seconds the chief waits between the two strategies

@@ -157,7 +157,7 @@ def test_validation_split_and_pydataset_train_like_one_device(tmp_path):
 
 
 def test_joins_a_group_started_by_torchrun(tmp_path):
-    from agnostic.launch.local import free_port
+    from agnostic.launch.processes import free_port
 
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                "--master-port", str(free_port()), SCENARIO, "equivalence", "2", str(tmp_path)]

@@ -1,0 +1,142 @@
+"""The processes a launcher starts on its machine, for both launchers (the
+shim's rank 0, launch/local.py, and `agnostic launch`, launch/nodes.py): started
+so that the kernel ends them when their launcher dies, their ends counted by
+one rule, signals passed on, and stopped (SIGTERM, then SIGKILL after a grace).
+
+The rule: a status other than 0 is a failure, unless it is a preempted
+process's (the run was preempted: agnostic/preemption.py), or the process was
+killed by a signal after it said it had done its work and left its group
+(mark_finished): that is the interpreter's teardown, where torch's
+gloo threads can still abort a process (a known torch problem), not training.
+"""
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from agnostic import preemption
+
+logger = logging.getLogger("agnostic")
+GRACE_SECONDS = 10
+# The folder where a launcher's processes say they have finished (the shim's
+# workers: their failure reports' folder; `agnostic launch`'s: one of this alone).
+FINISHED_VARIABLE = "AGNOSTIC_FINISHED"
+
+
+def mark_finished(rank):
+    """Says, in a launched process, that it has done its work and left its
+    group cleanly: what happens after that is the interpreter's teardown."""
+    folder = os.environ.get(FINISHED_VARIABLE)
+    if folder and os.path.isdir(folder):
+        with open(os.path.join(folder, f"finished_{rank}"), "w"):
+            pass
+
+
+def finished(folder):
+    """The ranks that marked themselves finished in `folder` (none once the
+    folder is gone)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return set()
+    return {int(name.split("_")[1]) for name in names if name.startswith("finished_")}
+
+
+def die_with_parent():
+    """A `preexec_fn`: on Linux the kernel sends SIGKILL to the child when
+    its launcher dies, so none is left behind."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def exit_status(code):
+    """A process's status as an exit status: killed by a signal counts as 1."""
+    return code if 0 < code < 256 else 1
+
+
+def free_ports(count):
+    """`count` different ports free on every interface now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probe.bind(("", 0))
+            sockets.append(probe)
+        return tuple(s.getsockname()[1] for s in sockets)
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+def free_port():
+    return free_ports(1)[0]
+
+
+class Processes:
+    """One launcher's processes by rank; `finished`: the folder where they
+    say they have finished (FINISHED_VARIABLE), or None."""
+
+    def __init__(self, finished=None):
+        self.by_rank = {}
+        self.finished = finished
+        self._after_finish = set()  # ranks killed after they had finished
+
+    def add(self, rank, process):
+        self.by_rank[rank] = process
+
+    def __iter__(self):
+        return iter(self.by_rank.values())
+
+    def __len__(self):
+        return len(self.by_rank)
+
+    def code(self, rank):
+        """Rank `rank`'s exit status now, as counted (None: running)."""
+        code = self.by_rank[rank].poll()
+        if rank in self._after_finish:
+            return 0
+        if self.finished and code is not None and code < 0 and rank in finished(self.finished):
+            logger.debug("agnostic: rank %d ended with status %d after it had finished "
+                         "its work and left the group; counted as finished.", rank, code)
+            self._after_finish.add(rank)
+            return 0
+        return code
+
+    def failed(self, preempted=None):
+        """The first rank that ended in failure, else None. `preempted`: the
+        signal that preempted the run (its processes' ends are no failure)."""
+        for rank in self.by_rank:
+            code = self.code(rank)
+            if code not in (None, 0) and not preemption.is_preempted_status(code, preempted):
+                return rank
+        return None
+
+    def ended(self):
+        return all(process.poll() is not None for process in self)
+
+    def send(self, signum, ranks=None):
+        """Passes `signum` on to those still running (of `ranks`: all)."""
+        for rank, process in self.by_rank.items():
+            if process.poll() is None and (ranks is None or rank in ranks):
+                try:
+                    process.send_signal(signum)
+                except OSError:  # ended meanwhile
+                    pass
+
+    def stop(self):
+        """Ends every process still running: SIGTERM, then SIGKILL after a grace."""
+        for process in self:
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + GRACE_SECONDS
+        for process in self:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

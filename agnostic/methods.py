@@ -33,3 +33,11 @@ def start_again(model):
         if optimizer is not None:
             unwrap(optimizer)
     return model
+
+
+def own(model, name):
+    """Whether `model`'s class has a method `name` of its own (a train_step,
+    a test_step), not keras.Model's."""
+    import keras
+
+    return getattr(type(model), name) is not getattr(keras.Model, name)

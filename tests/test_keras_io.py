@@ -89,6 +89,20 @@ def test_lazily_built_subclassed_model_saves_and_loads(tmp_path):
     assert_trained_on(agnostic, "2")
 
 
+def test_the_fit_guides_step_as_written_today_reports_one_device_numbers(tmp_path):
+    # Its step returns {m.name: m.result() for m in self.metrics}: the loss,
+    # and the compiled metrics nested in one "compile_metrics" dict, which
+    # Keras takes as the step's own logs (their keys are not the metrics').
+    # A share of 33 rows is 16 and 17: each process's own numbers differ,
+    # in the history and after each batch (the progress bar, the callbacks).
+    plain, agnostic = run_both("guide_fit_step", tmp_path)
+    assert set(plain["history"]) == set(plain["evaluation"]) == {"loss", "mae"}
+    assert len(plain["batches"]) == 2 * 8
+    assert_exactly_one_device(plain, agnostic, "batches")
+    for key, value in plain["evaluation"].items():
+        np.testing.assert_allclose(agnostic["evaluation"][key], value, rtol=1e-5, err_msg=key)
+
+
 def test_transformer_text_classification(tmp_path):
     plain, agnostic = run_both("transformer_text", tmp_path)
     assert_same_training(plain, agnostic)

@@ -14,7 +14,7 @@ from typing import Callable, Tuple
 from agnostic import errors
 from agnostic.compat import (fit_resume, jax_joined, jax_on_batch, jax_uneven_batches,
                              keras_fit, keras_nodes, keras_variables, mxnet_kvstore,
-                             shuffle_order, tf_central_metrics, tf_collective_keys,
+                             shuffle_order, step_logs, tf_central_metrics, tf_collective_keys,
                              tf_collective_server, tf_first_batch, tf_gradients,
                              tf_loss_scaling, tf_on_batch, tf_worker_logs, torch_batch_norm,
                              torch_empty_share, torch_keras_ddp, versions)
@@ -55,6 +55,9 @@ ENTRIES = (
           KERAS_3, tf_collective_server.probe),
     Entry("tf_worker_logs", "A step's logs average over the workers whatever their shape "
           "(tf-multi-worker).", ("tensorflow",), KERAS_3, tf_worker_logs.probe),
+    Entry("step_logs", "A step of the program's own returning its metrics' results, the "
+          "compiled ones nested, reports them over every replica.", ("tensorflow", "torch"),
+          KERAS_3, step_logs.probe),
     Entry("torch_batch_norm", "BatchNormalization's moments over every process's samples "
           "on torch.", ("torch",), KERAS_3, torch_batch_norm.probe),
     Entry("torch_empty_share", "A Keras loss over no rows is 0 where a process's share of "

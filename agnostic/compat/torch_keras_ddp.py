@@ -15,6 +15,7 @@ while backward runs. The hook is the model's `forward` (a public
 torch.nn.Module method, which Keras's `Layer.__call__` reaches through
 torch's `Module.__call__`), replaced on the instance only.
 """
+from agnostic import methods
 from agnostic.compat import versions
 
 
@@ -41,7 +42,7 @@ def probe(keras):
     else:
         versions.expect(not keras_is_data_parallel(model),
                         "models without a ddp_model (Keras before 3.16)")
-    versions.expect(not has_own_train_step(model), "keras.Model.train_step being Keras's own")
+    versions.expect(not methods.own(model, "train_step"), "keras.Model.train_step being Keras's own")
     versions.expect(len(model.torch_params) == 2, "Layer.torch_params (the weights)")
     versions.expect(versions.takes(DistributedDataParallel, "device_ids", "bucket_cap_mb",
                                    "find_unused_parameters"),
@@ -58,14 +59,7 @@ def keras_is_data_parallel(model):
 def keras_averages_gradients(model):
     """Whether Keras averages the gradients of `model`'s training steps: its
     own wrapper, and the model's class keeps Keras's train_step."""
-    return keras_is_data_parallel(model) and not has_own_train_step(model)
-
-
-def has_own_train_step(model):
-    """Whether `model`'s class has a train_step of its own, not Keras's."""
-    import keras
-
-    return getattr(type(model), "train_step") is not getattr(keras.Model, "train_step")
+    return keras_is_data_parallel(model) and not methods.own(model, "train_step")
 
 
 def parallel_forward(model, bucket_mb, multi_device=False):

@@ -17,7 +17,7 @@ import sys
 from agnostic import _startup, batch_norm, batching, collectives, devices, errors
 from agnostic import in_place, methods, pipeline
 from agnostic.cluster import torch_join
-from agnostic.compat import torch_batch_norm, torch_keras_ddp
+from agnostic.compat import step_logs, torch_batch_norm, torch_keras_ddp
 from agnostic.launch import local, processes
 from agnostic.strategies import base, torch_gradients, torch_reduce
 
@@ -178,22 +178,29 @@ def _aggregate_metrics(model):
 
 
 def _global_step_logs(model):
-    """A step whose logs are not named as the model's metrics (the keras.io
-    VAE returns "loss" from a tracker named "total_loss") is reported by
-    Keras as it returned them: this process's share. Each such log that is
+    """A step of the program's own reports what it returns, after each batch
+    (the progress bar, the callbacks) and, where its logs are not named as
+    the metrics' results (the keras.io VAE returns "loss" from a tracker
+    named "total_loss"; the fit guide nests the compiled metrics' results in
+    one dict), in the history too: this process's share. Each log that is
     one of the metrics' results becomes that metric's result over every
     process; any other is averaged over the processes, each process's value
-    weighted by its rows (its share of the batch)."""
+    weighted by its rows (its share of the batch). Keras's own step reads
+    the metrics through get_metrics_result, summed already."""
     import torch
 
-    def wrapper(step):
+    def wrapper(step, name):
         def run(*args, **kwargs):
             logs = step(*args, **kwargs)
             rows = batching.num_samples(torch_gradients.step_data(args, kwargs))
-            names = {metric.name for metric in model.metrics}
-            if not isinstance(logs, dict) or set(logs) == names:
-                return logs  # Keras reads the metrics themselves
-            local = {metric.name: metric.result() for metric in model.metrics}
+            if not isinstance(logs, dict):
+                return logs
+            # As Keras reads them: the compiled metrics' dict, entry by entry.
+            local = step_logs.in_place(
+                {metric.name: metric.result() for metric in model.metrics}, model)
+            logs = step_logs.in_place(logs, model)
+            if set(logs) == set(local) and not methods.own(model, name):
+                return logs  # Keras's step: read through get_metrics_result, summed
             every = model.get_metrics_result()  # a collective: every process calls it
             # One collective over the same keys everywhere, whatever matches.
             scalars = sorted(key for key, value in logs.items()
@@ -218,8 +225,8 @@ def _global_step_logs(model):
 
         return run
 
-    for name in ("train_step", "test_step"):
-        methods.wrap_method(model, name, wrapper)
+    for name in step_logs.STEPS:
+        methods.wrap_method(model, name, lambda step, name=name: wrapper(step, name))
 
 
 def _same(one, other):

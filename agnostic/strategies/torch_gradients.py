@@ -116,7 +116,7 @@ class GradientSteps:
                 if self.parallel is None and self.whole:
                     self.parallel = torch_keras_ddp.parallel_forward(
                         self.model, BUCKET_MB, self.multi_device)
-                    if torch_keras_ddp.has_own_train_step(self.model):
+                    if methods.own(self.model, "train_step"):
                         # Keras's own step weights its loss (scale): the
                         # default averaging serves it; a step of the
                         # program's own has its gradients weighted here.

@@ -1,0 +1,85 @@
+"""A step of the program's own that returns its metrics' results as the
+Keras guide writes it, `{m.name: m.result() for m in self.metrics}`, nests
+the compiled metrics' results in one dict ("compile_metrics"). Keras reads
+the metrics themselves at an epoch's end only where a step's logs have the
+keys of `get_metrics_result()` (Trainer._get_metrics_result_or_logs); else
+the history is the last step's logs: under a tf.distribute strategy the mean
+of each replica's own results, on torch each process's own. With each nested
+result in its place the logs have Keras's keys (as its callbacks get them,
+through pythonify_logs), and the history is every replica's (Keras 3.13-3.16).
+"""
+from agnostic import methods
+from agnostic.compat import versions
+
+STEPS = ("train_step", "test_step")
+
+
+def probe(keras):
+    """Keras reads the metrics where a step's logs have their keys."""
+    import inspect
+
+    from keras.src.trainers import trainer
+
+    method = getattr(trainer.Trainer, "_get_metrics_result_or_logs", None)
+    versions.expect(callable(method),
+                    "keras.src.trainers.trainer.Trainer._get_metrics_result_or_logs")
+    source = inspect.getsource(method)
+    versions.expect("self.get_metrics_result()" in source and "set(logs.keys())" in source,
+                    "Trainer._get_metrics_result_or_logs returning get_metrics_result() "
+                    "where a step's logs have its keys")
+
+
+def in_place(logs, model):
+    """`logs` with each value that is the dict result of one of `model`'s
+    metrics (by its name) replaced by that dict's entries; else `logs`."""
+    names = {metric.name for metric in model.metrics}
+    if not any(isinstance(value, dict) and key in names for key, value in logs.items()):
+        return logs
+    flat = {}
+    for key, value in logs.items():
+        if isinstance(value, dict) and key in names:
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def metrics_in_place(model, over_replicas=True):
+    """TensorFlow: `model`'s train_step and test_step return their logs
+    `in_place`; `over_replicas`: each metric's result over every replica's
+    samples (its variables summed across the replicas, as reading them
+    across replicas does), so that what a step reports after each batch
+    (the progress bar, the callbacks) is one device's too, and not the mean
+    of each replica's own results."""
+    def wrapper(step):
+        def run(*args, **kwargs):
+            logs = step(*args, **kwargs)
+            if not isinstance(logs, dict):
+                return logs
+            logs = in_place(logs, model)
+            every = _over_replicas(model) if over_replicas else {}
+            return {key: every.get(key, value) for key, value in logs.items()}
+
+        return run
+
+    for name in STEPS:
+        methods.wrap_method(model, name, wrapper)
+
+
+def _over_replicas(model):
+    """Each metric's result from its variables summed across the replicas
+    in sync (none: {})."""
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return {}
+    results = {}
+    for metric in model.metrics:
+        if not metric.variables:
+            continue
+        summed = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                    [variable.value for variable in metric.variables])
+        result = metric.stateless_result(summed)
+        results.update(result if isinstance(result, dict) else {metric.name: result})
+    return results

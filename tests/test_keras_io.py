@@ -89,6 +89,7 @@ def test_lazily_built_subclassed_model_saves_and_loads(tmp_path):
     assert_trained_on(agnostic, "2")
 
 
+@VERSIONS  # a version-gated patch acts (compat/step_logs)
 def test_the_fit_guides_step_as_written_today_reports_one_device_numbers(tmp_path):
     # Its step returns {m.name: m.result() for m in self.metrics}: the loss,
     # and the compiled metrics nested in one "compile_metrics" dict, which

@@ -2,7 +2,7 @@
 Keras guide writes it, `{m.name: m.result() for m in self.metrics}`, nests
 the compiled metrics' results in one dict ("compile_metrics"). Keras reads
 the metrics themselves at an epoch's end only where a step's logs have the
-keys of `get_metrics_result()` (Trainer._get_metrics_result_or_logs); else
+keys of `get_metrics_result()` (Model._get_metrics_result_or_logs); else
 the history is the last step's logs: under a tf.distribute strategy the mean
 of each replica's own results, on torch each process's own. With each nested
 result in its place the logs have Keras's keys (as its callbacks get them,
@@ -18,14 +18,12 @@ def probe(keras):
     """Keras reads the metrics where a step's logs have their keys."""
     import inspect
 
-    from keras.src.trainers import trainer
-
-    method = getattr(trainer.Trainer, "_get_metrics_result_or_logs", None)
-    versions.expect(callable(method),
-                    "keras.src.trainers.trainer.Trainer._get_metrics_result_or_logs")
+    method = getattr(keras.Model, "_get_metrics_result_or_logs", None)
+    versions.expect(callable(method), "keras.Model._get_metrics_result_or_logs (its "
+                    "trainer's, Trainer or BaseTrainer by version)")
     source = inspect.getsource(method)
     versions.expect("self.get_metrics_result()" in source and "set(logs.keys())" in source,
-                    "Trainer._get_metrics_result_or_logs returning get_metrics_result() "
+                    "Model._get_metrics_result_or_logs returning get_metrics_result() "
                     "where a step's logs have its keys")
 
 

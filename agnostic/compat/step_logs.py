@@ -29,10 +29,8 @@ def probe(keras):
 
 def in_place(logs, model):
     """`logs` with each value that is the dict result of one of `model`'s
-    metrics (by its name) replaced by that dict's entries; else `logs`."""
+    metrics (by its name) replaced by that dict's entries."""
     names = {metric.name for metric in model.metrics}
-    if not any(isinstance(value, dict) and key in names for key, value in logs.items()):
-        return logs
     flat = {}
     for key, value in logs.items():
         if isinstance(value, dict) and key in names:

@@ -185,22 +185,20 @@ def _global_step_logs(model):
     one dict), in the history too: this process's share. Each log that is
     one of the metrics' results becomes that metric's result over every
     process; any other is averaged over the processes, each process's value
-    weighted by its rows (its share of the batch). Keras's own step reads
-    the metrics through get_metrics_result, summed already."""
+    weighted by its rows (its share of the batch). Keras's own step is left
+    as it is: it returns get_metrics_result, summed already."""
     import torch
 
-    def wrapper(step, name):
+    def wrapper(step):
         def run(*args, **kwargs):
             logs = step(*args, **kwargs)
-            rows = batching.num_samples(torch_gradients.step_data(args, kwargs))
             if not isinstance(logs, dict):
                 return logs
+            rows = batching.num_samples(torch_gradients.step_data(args, kwargs))
             # As Keras reads them: the compiled metrics' dict, entry by entry.
             local = step_logs.in_place(
                 {metric.name: metric.result() for metric in model.metrics}, model)
             logs = step_logs.in_place(logs, model)
-            if set(logs) == set(local) and not methods.own(model, name):
-                return logs  # Keras's step: read through get_metrics_result, summed
             every = model.get_metrics_result()  # a collective: every process calls it
             # One collective over the same keys everywhere, whatever matches.
             scalars = sorted(key for key, value in logs.items()
@@ -226,7 +224,8 @@ def _global_step_logs(model):
         return run
 
     for name in step_logs.STEPS:
-        methods.wrap_method(model, name, lambda step, name=name: wrapper(step, name))
+        if methods.own(model, name):  # Keras's own returns get_metrics_result, summed
+            methods.wrap_method(model, name, wrapper)
 
 
 def _same(one, other):

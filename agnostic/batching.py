@@ -1,11 +1,11 @@
 """Batch sizes are global: a batch of B rows is split over the replicas.
 
 Most strategies take batches of any size, exactly as one device does
-(tf-mirrored and tf-central-storage weight each replica's share by its size,
+(TensorFlow's strategies weight each replica's share by its size,
 jax-data-parallel in one process lays a batch that does not divide out whole
 on every device, torch-ddp weights each process's share). Those that need
-equal parts (mxnet-context, JAX over several processes, tf-multi-worker)
-have every batch checked here before any work starts.
+equal parts (mxnet-context, JAX over several processes) have every batch
+checked here before any work starts.
 """
 import inspect
 import math
@@ -52,7 +52,7 @@ def check_split(what, samples, batch_size, num_replicas):
             f"last batch of {last} samples ({samples} % {batch_size}), which "
             f"cannot be split evenly over {num_replicas} replicas, and this "
             "strategy splits every batch in equal parts (mxnet-context, JAX "
-            "over several processes, tf-multi-worker). Use a number of "
+            "over several processes). Use a number of "
             "samples that is a multiple of "
             f"{num_replicas}, such as {keep} (x[:{keep}], y[:{keep}])."
         )

@@ -26,12 +26,18 @@ def run_both(name, folder, env=None, both=False):
             run_plain(script, folder, env=env if both else None)
         else:
             run_program(script, mode, folder, env=env)
-        with open(os.path.join(folder, mode + ".json")) as handle:
-            report = json.load(handle)
-        weights = np.load(os.path.join(folder, mode + ".npz"))
-        report["weights"] = [weights[key] for key in sorted(weights.files, key=_number)]
-        results[mode] = report
+        results[mode] = load_run(folder, mode)
     return results["plain"], results["agnostic"]
+
+
+def load_run(folder, mode):
+    """What a program's chief wrote into `folder`: its report, and its weights
+    (in the model's order) under "weights"."""
+    with open(os.path.join(folder, mode + ".json")) as handle:
+        report = json.load(handle)
+    weights = np.load(os.path.join(folder, mode + ".npz"))
+    report["weights"] = [weights[key] for key in sorted(weights.files, key=_number)]
+    return report
 
 
 def _number(key):
@@ -236,6 +242,11 @@ def test_batches_of_any_size_train_like_one_device(batch, rows, replicas, tmp_pa
     env = {"PROGRAM_BATCH": batch, "PROGRAM_ROWS": rows, "AGNOSTIC_TEST_REPLICAS": replicas}
     plain, agnostic = run_both("odd_batches", tmp_path, env=env, both=True)
     assert agnostic["devices_used"] == int(replicas)
+    assert_odd_batches_like_one_device(plain, agnostic)
+
+
+def assert_odd_batches_like_one_device(plain, agnostic):
+    """odd_batches.py's runs: every way it trains, evaluates and predicts."""
     assert_same_training(plain, agnostic)
     for fit in ("from_dataset", "from_split"):
         for key, values in plain[fit].items():

@@ -16,7 +16,7 @@ from agnostic.compat import (fit_resume, jax_joined, jax_on_batch, jax_uneven_ba
                              keras_fit, keras_nodes, keras_variables, mxnet_kvstore,
                              shuffle_order, step_logs, tf_central_metrics, tf_collective_keys,
                              tf_collective_server, tf_first_batch, tf_gradients,
-                             tf_loss_scaling, tf_on_batch, tf_worker_logs, torch_batch_norm,
+                             tf_on_batch, tf_worker_logs, torch_batch_norm,
                              torch_empty_share, torch_keras_ddp, versions)
 
 # (first, last) of the versions tested, kept in one place (versions.py).
@@ -40,8 +40,6 @@ class Entry:
 ENTRIES = (
     Entry("tf_gradients", "One device's loss and gradient arithmetic under agnostic's "
           "tf.distribute strategies.", ("tensorflow",), KERAS_3, tf_gradients.probe),
-    Entry("tf_loss_scaling", "A train_step of the user's own reports losses as one device "
-          "(tf-multi-worker).", ("tensorflow",), KERAS_3, tf_loss_scaling.probe),
     Entry("tf_first_batch", "The model is built before training from the data's spec, "
           "without reading a batch.", ("tensorflow",), KERAS_3, tf_first_batch.probe),
     Entry("tf_on_batch", "train_on_batch, test_on_batch and predict_on_batch split their "

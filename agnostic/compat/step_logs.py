@@ -40,9 +40,9 @@ def in_place(logs, model):
     return flat
 
 
-def metrics_in_place(model, over_replicas=True):
+def metrics_in_place(model):
     """TensorFlow: `model`'s train_step and test_step return their logs
-    `in_place`; `over_replicas`: each metric's result over every replica's
+    `in_place`, each metric's result over every replica's
     samples (its variables summed across the replicas, as reading them
     across replicas does), so that what a step reports after each batch
     (the progress bar, the callbacks) is one device's too, and not the mean
@@ -53,7 +53,7 @@ def metrics_in_place(model, over_replicas=True):
             if not isinstance(logs, dict):
                 return logs
             logs = in_place(logs, model)
-            every = _over_replicas(model) if over_replicas else {}
+            every = _over_replicas(model)
             return {key: every.get(key, value) for key, value in logs.items()}
 
         return run
@@ -74,8 +74,11 @@ def _over_replicas(model):
     for metric in model.metrics:
         if not metric.variables:
             continue
-        summed = context.all_reduce(tf.distribute.ReduceOp.SUM,
-                                    [variable.value for variable in metric.variables])
+        # Read into tensors first: given the variables themselves, TensorFlow
+        # takes each as its own destination, which fails under
+        # MultiWorkerMirroredStrategy ("destinations can not be empty").
+        values = [tf.identity(variable.value) for variable in metric.variables]
+        summed = context.all_reduce(tf.distribute.ReduceOp.SUM, values)
         result = metric.stateless_result(summed)
         results.update(result if isinstance(result, dict) else {metric.name: result})
     return results

@@ -279,7 +279,7 @@ _PATCHES = scoped.Patches(_replacements)
 
 def loss_scaling(name):
     """Keras's keras.src.losses.loss.`name` (one of LOSS_SCALING), or a
-    CompatError naming the Keras version (tf_loss_scaling uses it too)."""
+    CompatError naming the Keras version."""
     from keras.src.losses import loss as losses
 
     function = getattr(losses, name, None)

@@ -4,11 +4,10 @@ trains under the strategy itself."""
 import contextlib
 
 from agnostic import batch_norm, errors, in_place
-from agnostic.compat import (keras_variables, step_logs, tf_first_batch, tf_gradients,
-                             tf_loss_scaling, tf_on_batch)
+from agnostic.compat import keras_variables, step_logs, tf_first_batch, tf_gradients, tf_on_batch
 
 
-def distribute(model, strategy, scope, call, sync_batch_norm, one_device_arithmetic=True):
+def distribute(model, strategy, scope, call, sync_batch_norm):
     """The program's model trains under `strategy`: compiled in `scope()`,
     its state made again there, its batch normalization over the global
     batch (`sync_batch_norm`), its steps fixed where Keras needs help."""
@@ -19,14 +18,8 @@ def distribute(model, strategy, scope, call, sync_batch_norm, one_device_arithme
     optimizers = in_place.optimizers(model, call)
     for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
-    if one_device_arithmetic:
-        tf_gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model))
-    else:  # tf-multi-worker, for now: Keras's arithmetic, losses of own steps kept
-        tf_loss_scaling.keep_losses_unscaled(model, strategy.num_replicas_in_sync, optimizers)
-    # tf-multi-worker, for now: after each batch, the mean of each replica's
-    # own results (an all-reduce of the metrics in the step fails there:
-    # "destinations can not be empty"; docs/guarantees.md).
-    step_logs.metrics_in_place(model, over_replicas=one_device_arithmetic)
+    tf_gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model))
+    step_logs.metrics_in_place(model)
     tf_first_batch.build_without_reading(model, strategy, scope)
     tf_on_batch.split_batches(model, strategy)
 

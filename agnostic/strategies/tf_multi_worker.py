@@ -40,14 +40,13 @@ def compile(plan, model, call, sync_batch_norm=True, users=None):
     it compiles; the one agnostic made otherwise."""
     workers = users or strategy(plan)
     _chief_weights(workers, model)
-    tf_distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
-                            one_device_arithmetic=False)
+    tf_distribute.distribute(model, workers, workers.scope, call, sync_batch_norm)
     tf_worker_logs.one_value_per_replica(model)
     # TensorFlow gives each worker its part of every batch itself.
     processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                    barrier=lambda: _barrier(workers),
                                    share=collectives.tf_workers_share(workers), shards=False)
-    pipeline.wrap(model, plan.num_replicas, processes=processes)
+    pipeline.wrap(model, plan.num_replicas, processes=processes, even_shares=False)
     return model
 
 

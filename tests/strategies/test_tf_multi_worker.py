@@ -1,7 +1,8 @@
 """tf-multi-worker: two real TensorFlow worker processes (TF_CONFIG written
-by hand, both on 127.0.0.1) whose program makes its own
-MultiWorkerMirroredStrategy, as Ray's and TensorFlow's guides do, beside the
-one agnostic makes as the worker joins its job."""
+by hand, both on 127.0.0.1): ordinary programs train on them as on one
+device, batches of any size included; and a program that makes its own
+MultiWorkerMirroredStrategy, as Ray's and TensorFlow's guides do, trains in
+it beside the one agnostic makes as the worker joins its job."""
 import json
 import os
 
@@ -9,15 +10,76 @@ import numpy as np
 import pytest
 
 from tests import jobs, models
-from tests.conftest import engine_or_skip
+from tests.conftest import engine_or_skip, run_plain
 
 engine_or_skip()
+
+from tests.test_programs import (PROGRAMS, assert_odd_batches_like_one_device,  # noqa: E402
+                                 assert_same_history, assert_same_training, load_run)
 
 from agnostic.launch.processes import free_ports  # noqa: E402
 
 SCRIPT = os.path.join("tests", "scripts", "own_strategy.py")
 LATE = 8  # seconds the chief waits between the two strategies
 BOUND = 240  # a run takes about 15 s on 2 cores (8 of them waiting)
+
+
+def tf_config(ports, index):
+    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+                       "task": {"type": "worker", "index": index}})
+
+
+def on_two_workers(name, folder, **variables):
+    """A program (tests/programs/) run plainly on one device, then through
+    agnostic on two TensorFlow workers: (plain, agnostic, the chief's stderr)."""
+    script = os.path.join(PROGRAMS, name + ".py")
+    run_plain(script, folder, env=variables)
+    ports = free_ports(2)
+    workers = [jobs.start(jobs.python(script, "agnostic", folder), TF_CONFIG=tf_config(ports, i),
+                          AGNOSTIC_CPU_DEVICES=None, AGNOSTIC_TEST_REPLICAS="2",
+                          TF_CPP_MIN_LOG_LEVEL="2", **variables) for i in (0, 1)]
+    codes, outputs, _ = jobs.finish(workers, seconds=BOUND)
+    jobs.succeeded(codes, outputs)
+    return load_run(folder, "plain"), load_run(folder, "agnostic"), outputs[0][1]
+
+
+# 33 rows a batch over 1,001 (shares of 17 and 16, a last batch of 11), and
+# 1 over 41 (one worker gets no rows in every step).
+@pytest.mark.parametrize("batch, rows", [("33", "1001"), ("1", "41")])
+def test_batches_of_any_size_train_like_one_device(tmp_path, batch, rows):
+    # fit (arrays, validation_data, a PyDataset), evaluate, predict and the
+    # *_on_batch methods, with BatchNormalization over the global batch.
+    plain, agnostic, stderr = on_two_workers("odd_batches", tmp_path, PROGRAM_BATCH=batch,
+                                             PROGRAM_ROWS=rows)
+    assert "strategy=tf-multi-worker replicas=2 processes=2" in stderr
+    assert_odd_batches_like_one_device(plain, agnostic)
+
+
+def test_one_devices_gradient_arithmetic(tmp_path):
+    # Global-norm clipping on the global batch's gradient, accumulation over
+    # 2 steps, a moving average of the weights, AdamW on sparse gradients, a
+    # compute_loss term, add_loss and a regularizer, in batches of 33: the
+    # optimizer's apply runs once, across both workers, on the summed
+    # gradient.
+    plain, agnostic, _ = on_two_workers("gradient_arithmetic", tmp_path)
+    assert_same_training(plain, agnostic)
+    assert_same_history(plain, agnostic)
+    np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
+    assert agnostic["iterations"] == plain["iterations"]
+
+
+def test_the_fit_guides_step_reports_one_device_numbers_after_each_batch(tmp_path):
+    # The guide's own train_step returning {m.name: m.result()}, batches of
+    # 33: each metric is summed over both workers' shares in the step, so the
+    # logs after each batch (16 of them), the history and evaluate are one
+    # device's, not the mean of the workers' own results.
+    plain, agnostic, _ = on_two_workers("guide_fit_step", tmp_path)
+    assert len(plain["batches"]) == 2 * 8
+    assert_same_training(plain, agnostic)
+    assert_same_history(plain, agnostic)
+    np.testing.assert_allclose(agnostic["batches"], plain["batches"], atol=1e-5)
+    for key, value in plain["evaluation"].items():
+        np.testing.assert_allclose(agnostic["evaluation"][key], value, rtol=1e-5, err_msg=key)
 
 
 @pytest.mark.parametrize("order", ["agnostic-first", "own-first"])
@@ -27,13 +89,9 @@ def test_a_program_with_its_own_strategy_trains_in_it_whoever_is_late(tmp_path, 
     # all-reduce has reached it, left that all-reduce waiting for ever (CI met
     # it under Ray, where the timing is chance; here the chief is late).
     ports = free_ports(2)
-    workers = []
-    for index in (0, 1):
-        config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-                  "task": {"type": "worker", "index": index}}
-        workers.append(jobs.start(jobs.python(SCRIPT, order, LATE, tmp_path),
-                                  TF_CONFIG=json.dumps(config), AGNOSTIC_CPU_DEVICES=None,
-                                  TF_CPP_MIN_LOG_LEVEL="2"))
+    workers = [jobs.start(jobs.python(SCRIPT, order, LATE, tmp_path),
+                          TF_CONFIG=tf_config(ports, index), AGNOSTIC_CPU_DEVICES=None,
+                          TF_CPP_MIN_LOG_LEVEL="2") for index in (0, 1)]
     codes, outputs, _ = jobs.finish(workers, seconds=BOUND)
     jobs.succeeded(codes, outputs)
     results = [json.loads((tmp_path / f"result_{index}.json").read_text())

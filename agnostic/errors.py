@@ -73,5 +73,11 @@ class PreemptionSettingError(AgnosticError, ValueError):
     cannot use."""
 
 
+class StepsPerExecutionWarning(UserWarning):
+    """The strategy runs one step per call into the engine instead of the
+    compiled `steps_per_execution`: the same training, with batch-level
+    callbacks after every step."""
+
+
 class PreemptedWarning(UserWarning):
     """Training stopped on a preempting signal with nothing saved to resume from."""

@@ -1,7 +1,9 @@
 """tf-multi-worker: several processes, each a worker of the engine's
 MultiWorkerMirroredStrategy (from TF_CONFIG, made as TensorFlow is imported),
-and the three places where Keras's fit (3.13-3.16) needs help under it.
+and the places where Keras's fit (3.13-3.16) needs help under it.
 """
+import warnings
+
 from agnostic import _startup, collectives, errors, pipeline
 from agnostic.compat import tf_worker_logs
 from agnostic.strategies import base, tf_distribute
@@ -42,12 +44,32 @@ def compile(plan, model, call, sync_batch_norm=True, users=None):
     _chief_weights(workers, model)
     tf_distribute.distribute(model, workers, workers.scope, call, sync_batch_norm)
     tf_worker_logs.one_value_per_replica(model)
+    _one_step_per_execution(model, plan.process_id == 0)
     # TensorFlow gives each worker its part of every batch itself.
     processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                    barrier=lambda: _barrier(workers),
                                    share=collectives.tf_workers_share(workers), shards=False)
     pipeline.wrap(model, plan.num_replicas, processes=processes, even_shares=False)
     return model
+
+
+def _one_step_per_execution(model, is_chief):
+    """Keras's loop of several steps in one call into TensorFlow
+    (`steps_per_execution`, 3.13-3.16) fails under MultiWorkerMirroredStrategy,
+    with or without agnostic: each call runs one step here. The training is
+    the same; batch-level callbacks run after every step."""
+    steps = getattr(model, "steps_per_execution", 1)
+    if steps == 1:
+        return
+    model.steps_per_execution = 1
+    if is_chief:
+        warnings.warn(
+            f"tf-multi-worker runs one training step per call into TensorFlow, "
+            f"not steps_per_execution={steps}: Keras's loop of several steps fails "
+            "under MultiWorkerMirroredStrategy. The training is the same; callbacks' "
+            "on_*_batch_* methods run after every step instead of every "
+            f"{steps}th. Compile with steps_per_execution=1 to silence this.",
+            errors.StepsPerExecutionWarning, stacklevel=4)
 
 
 def _chief_weights(workers, model):

@@ -31,7 +31,7 @@ def tf_config(ports, index):
 
 def on_two_workers(name, folder, **variables):
     """A program (tests/programs/) run plainly on one device, then through
-    agnostic on two TensorFlow workers: (plain, agnostic, the chief's stderr)."""
+    agnostic on two TensorFlow workers: (plain, agnostic, each worker's stderr)."""
     script = os.path.join(PROGRAMS, name + ".py")
     run_plain(script, folder, env=variables)
     ports = free_ports(2)
@@ -40,7 +40,7 @@ def on_two_workers(name, folder, **variables):
                           TF_CPP_MIN_LOG_LEVEL="2", **variables) for i in (0, 1)]
     codes, outputs, _ = jobs.finish(workers, seconds=BOUND)
     jobs.succeeded(codes, outputs)
-    return load_run(folder, "plain"), load_run(folder, "agnostic"), outputs[0][1]
+    return load_run(folder, "plain"), load_run(folder, "agnostic"), [err for _, err in outputs]
 
 
 # 33 rows a batch over 1,001 (shares of 17 and 16, a last batch of 11), and
@@ -51,7 +51,7 @@ def test_batches_of_any_size_train_like_one_device(tmp_path, batch, rows):
     # *_on_batch methods, with BatchNormalization over the global batch.
     plain, agnostic, stderr = on_two_workers("odd_batches", tmp_path, PROGRAM_BATCH=batch,
                                              PROGRAM_ROWS=rows)
-    assert "strategy=tf-multi-worker replicas=2 processes=2" in stderr
+    assert "strategy=tf-multi-worker replicas=2 processes=2" in stderr[0]
     assert_odd_batches_like_one_device(plain, agnostic)
 
 
@@ -66,6 +66,16 @@ def test_one_devices_gradient_arithmetic(tmp_path):
     assert_same_history(plain, agnostic)
     np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
     assert agnostic["iterations"] == plain["iterations"]
+
+
+def test_several_steps_per_execution_run_one_per_call_said_once(tmp_path):
+    # Keras's loop of several steps per call fails under the workers'
+    # strategy, with or without agnostic: one step per call, the same training.
+    plain, agnostic, stderr = on_two_workers("steps_per_execution", tmp_path)
+    assert_same_training(plain, agnostic)
+    assert_same_history(plain, agnostic)
+    assert [err.count("StepsPerExecutionWarning") for err in stderr] == [1, 0]
+    assert "not steps_per_execution=4" in stderr[0]
 
 
 def test_the_fit_guides_step_reports_one_device_numbers_after_each_batch(tmp_path):

@@ -49,13 +49,9 @@ def child(options):
             sync_batch_norm=way == "synchronised")
         models[way].fit(x, y, batch_size=options.batch, epochs=1, verbose=0,
                         shuffle=False)  # warm-up: compilation, first steps
-    result = {way: [] for way in WAYS}
-    for order in common.rotations(WAYS, options.repeats):
-        for way in order:
-            timer = common.step_timer(keras)
-            models[way].fit(x, y, batch_size=options.batch, epochs=1, verbose=0,
-                            shuffle=False, callbacks=[timer])
-            result[way].append(1000 * common.median(timer.seconds))
+    seconds = common.timed_epochs(keras, models, WAYS, x, y, options.batch, options.repeats,
+                                  first_step=True)
+    result = {way: [1000 * value for value in values] for way, values in seconds.items()}
     if agnostic.resolve(gpus=options.devices).process_id == 0:
         print(json.dumps(result))
 

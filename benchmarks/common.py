@@ -103,6 +103,22 @@ def step_call_counter(keras, package_folder):
     return CallCounter()
 
 
+def timed_epochs(keras, models, ways, x, y, batch, repeats, first_step=False, shuffle=False):
+    """Each way's median step time in seconds, one per repeat: an epoch of
+    `models[way].fit` per way and repeat, in rotated order (`rotations`).
+    Each epoch's first step is left out unless `first_step` (or it is the
+    only one)."""
+    steps = {way: [] for way in ways}
+    for order in rotations(tuple(ways), repeats):
+        for way in order:
+            timer = step_timer(keras)
+            models[way].fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=shuffle,
+                            callbacks=[timer])
+            seconds = timer.seconds if first_step else (timer.seconds[1:] or timer.seconds)
+            steps[way].append(median(seconds))
+    return steps
+
+
 def rotations(ways, repeats):
     """Each repeat's order of `ways`, rotated so that going first favours none."""
     for repeat in range(repeats):

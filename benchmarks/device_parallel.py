@@ -67,13 +67,8 @@ def child(options):
     y = rng.integers(0, 10, samples)
     for model in models.values():  # warm-up: compilation is not timed
         model.fit(x, y, batch_size=options.batch, epochs=1, steps_per_epoch=2, verbose=0)
-    steps = {way: [] for way in WAYS}
-    for order in common.rotations(list(WAYS), options.repeats):
-        for way in order:
-            timer = common.step_timer(keras)
-            models[way].fit(x, y, batch_size=options.batch, epochs=1, verbose=0,
-                            callbacks=[timer])
-            steps[way].append(common.median(timer.seconds[1:]))
+    steps = common.timed_epochs(keras, models, WAYS, x, y, options.batch, options.repeats,
+                                shuffle=True)
     one, placed, again = (steps[way] for way in WAYS)
     print(common.json.dumps({
         "one_ms": 1000 * common.median(one), "placed_ms": 1000 * common.median(placed),

@@ -58,13 +58,7 @@ def child(options):
     for model in models.values():  # warm-up
         model.fit(x, y, batch_size=options.batch, epochs=1, verbose=0, shuffle=False)
     difference = _largest_difference(models["ddp"], models["optimizer"])
-    steps = {way: [] for way in WAYS}
-    for order in common.rotations(WAYS, options.repeats):
-        for way in order:
-            timer = common.step_timer(keras)
-            models[way].fit(x, y, batch_size=options.batch, epochs=1, verbose=0,
-                            shuffle=False, callbacks=[timer])
-            steps[way].append(common.median(timer.seconds[1:] or timer.seconds))
+    steps = common.timed_epochs(keras, models, WAYS, x, y, options.batch, options.repeats)
     paths = {way: models[way].__dict__["_agnostic_gradients"].at_optimizer for way in WAYS}
     return {"steps": steps, "at_optimizer": paths, "weight_difference": difference}
 

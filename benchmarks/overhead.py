@@ -131,13 +131,7 @@ def child(arguments):
         keras, build(keras, arguments.width, arguments.features), devices) for way in ways}
     for model in models.values():  # warm-up: tracing and compilation
         model.fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0)
-    steps = {way: [] for way in ways}
-    for order in common.rotations(ways, arguments.repeats):
-        for way in order:
-            timer = common.step_timer(keras)
-            models[way].fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0,
-                            shuffle=False, callbacks=[timer])
-            steps[way].append(common.median(timer.seconds[1:] or timer.seconds))
+    steps = common.timed_epochs(keras, models, ways, x, y, arguments.batch, arguments.repeats)
     counter = common.step_call_counter(keras, os.path.dirname(agnostic_file()))
     models["shim"].fit(x, y, batch_size=arguments.batch, epochs=1, verbose=0, shuffle=False,
                        callbacks=[counter])

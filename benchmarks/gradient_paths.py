@@ -42,6 +42,7 @@ def child(options):
     import numpy as np
 
     import agnostic
+    from agnostic.compat import torch_keras_ddp
 
     x = np.random.default_rng(0).normal(size=(options.batch * options.steps,
                                               options.features)).astype("float32")
@@ -51,6 +52,11 @@ def child(options):
         models[way] = agnostic.backend_agnostic_compile(
             overhead.build(keras, options.width, options.features),
             loss="sparse_categorical_crossentropy", optimizer="sgd", gpus=options.devices)
+        if torch_keras_ddp.keras_averages_gradients(models[way]):
+            return {"skipped": f"Keras {keras.__version__} averages the gradients of its own "
+                               "train_step itself (its DistributedDataParallel): agnostic's two "
+                               "ways are used on Keras 3.13-3.15, or for a train_step of the "
+                               "program's own"}
         if way == "optimizer":
             # The switch a step that leaves a weight without a gradient makes
             # (strategies/torch_gradients.py): no DistributedDataParallel.
@@ -74,6 +80,9 @@ def _largest_difference(one, other):
 
 def measure(devices, options):
     found = common.run_child(SCRIPT, common.child_arguments(options, devices), "torch", devices)
+    if "skipped" in found:
+        print(f"{devices} processes: not measured: {found['skipped']}.")
+        return None
     steps = found["steps"]
     if found["at_optimizer"]["ddp"] or not found["at_optimizer"]["optimizer"]:
         raise RuntimeError(f"the ways did not take their paths: {found['at_optimizer']}")
@@ -113,8 +122,12 @@ def main():
         common.smoke_sizes(options)
     results = []
     for devices in map(int, options.devices.split(",")):
-        results.append(measure(devices, options))
-        print(table(results[-1:]).splitlines()[-1], flush=True)
+        result = measure(devices, options)
+        if result is not None:
+            results.append(result)
+            print(table(results[-1:]).splitlines()[-1], flush=True)
+    if not results:
+        return 0
     common.write(options.out, "gradient_paths", results, table(results))
     print(table(results))
     return 0

@@ -9,10 +9,9 @@ compiles with agnostic, the engine's own functions are in place. Replicas
 run their steps on threads of their own: the replacements still look at the
 calling thread's state, and one lock counts the steps inside.
 
-Two sets of patches may wrap the same function (tf-mirrored's gradient
-arithmetic and tf-multi-worker's loss scaling both wrap Keras's loss
-scaling). Each function's wrappers are kept as layers over the engine's own
-function, rebuilt whenever one set opens or closes, so that the sets may
+Two sets of patches may wrap the same function (none of today's do: each
+module of compat/ replaces its own functions). Each function's wrappers are
+kept as layers over the engine's own function, rebuilt whenever one set opens or closes, so that the sets may
 close in any order and the engine's function comes back when the last does.
 """
 import contextlib

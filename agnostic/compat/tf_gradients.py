@@ -185,6 +185,8 @@ def _summed_first(optimizer):
                 # per replica itself, which sums at the update as Keras does:
                 # the shares are weighted, clipping stays per replica.
                 return apply(grads, trainable_variables)
+            grads = [_every_replicas_slices(g) if isinstance(g, tf.IndexedSlices) else g
+                     for g in grads]
             return tf.distribute.get_replica_context().merge_call(
                 _apply_summed, args=(apply, grads, trainable_variables))
 
@@ -217,7 +219,8 @@ def _apply_summed(strategy, apply, grads, trainable_variables):
             summed[i] = value
     for i, g in enumerate(grads):
         if g is not None and _is_sparse(strategy, g):
-            summed[i] = _summed_slices(strategy, g)
+            # Every replica's slices already (_every_replicas_slices).
+            summed[i] = strategy.experimental_local_results(g)[0]
     return apply(summed, trainable_variables)
 
 
@@ -227,35 +230,31 @@ def _is_sparse(strategy, value):
     return isinstance(strategy.experimental_local_results(value)[0], tf.IndexedSlices)
 
 
-def _summed_slices(strategy, gradient):
-    """The replicas' IndexedSlices as one: concatenated, or, when every
-    replica looked up the same indices, summed slice by slice."""
+def _every_replicas_slices(gradient):
+    """In a replica: every replica's IndexedSlices of one variable as one,
+    gathered across all replicas (over every worker too): summed slice by
+    slice when every replica looked up the same indices (a lookup shared by
+    the whole batch), else concatenated in replica order, as one device's
+    lookup over the whole batch gives them."""
     import tensorflow as tf
 
-    parts = strategy.experimental_local_results(gradient)
-    if len(parts) == 1:
-        return strategy.extended.reduce_to(tf.distribute.ReduceOp.SUM, gradient, gradient)
-    indices = [p.indices for p in parts]
-    values = [p.values for p in parts]
-    together = (tf.concat(values, axis=0), tf.concat(indices, axis=0))
-    shapes = [v.shape for v in values]
-    if all(s.is_fully_defined() for s in shapes) and len(set(map(tuple, shapes))) > 1:
-        values, indices = together  # a lookup per row of shares of unequal size
-    else:
-        same = tf.reduce_all([_same(indices[0], other) for other in indices[1:]])
-        values, indices = tf.cond(same, lambda: (tf.add_n(values), indices[0]),
-                                  lambda: together)
-    return tf.IndexedSlices(values, indices, parts[0].dense_shape)
+    context = tf.distribute.get_replica_context()
+    replicas = context.num_replicas_in_sync
+    values = context.all_gather(gradient.values, axis=0)
+    indices = context.all_gather(gradient.indices, axis=0)
+    sizes = context.all_gather(tf.reshape(tf.size(gradient.indices), [1]), axis=0)
 
+    def each_replicas(tensor):
+        return tf.reshape(tensor, tf.concat([[replicas, -1], tf.shape(tensor)[1:]], 0))
 
-def _same(first, other):
-    import tensorflow as tf
-
-    return tf.cond(
-        tf.equal(tf.size(first), tf.size(other)),
-        lambda: tf.reduce_all(tf.equal(first, tf.reshape(other, tf.shape(first)))),
-        lambda: tf.constant(False),
-    )
+    same = tf.cond(tf.reduce_all(tf.equal(sizes, sizes[0])),
+                   lambda: tf.reduce_all(tf.equal(each_replicas(indices),
+                                                  each_replicas(indices)[:1])),
+                   lambda: tf.constant(False))
+    values, indices = tf.cond(
+        same, lambda: (tf.reduce_sum(each_replicas(values), axis=0), each_replicas(indices)[0]),
+        lambda: (values, indices))
+    return tf.IndexedSlices(values, indices, gradient.dense_shape)
 
 
 def _replacements():

@@ -69,7 +69,7 @@ def _one_step_per_execution(model, is_chief):
             "under MultiWorkerMirroredStrategy. The training is the same; callbacks' "
             "on_*_batch_* methods run after every step instead of every "
             f"{steps}th. Compile with steps_per_execution=1 to silence this.",
-            errors.StepsPerExecutionWarning, stacklevel=4)
+            errors.StepsPerExecutionWarning, stacklevel=5)
 
 
 def _chief_weights(workers, model):

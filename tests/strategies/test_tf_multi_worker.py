@@ -55,13 +55,16 @@ def test_batches_of_any_size_train_like_one_device(tmp_path, batch, rows):
     assert_odd_batches_like_one_device(plain, agnostic)
 
 
-def test_one_devices_gradient_arithmetic(tmp_path):
-    # Global-norm clipping on the global batch's gradient, accumulation over
-    # 2 steps, a moving average of the weights, AdamW on sparse gradients, a
-    # compute_loss term, add_loss and a regularizer, in batches of 33: the
-    # optimizer's apply runs once, across both workers, on the summed
-    # gradient.
-    plain, agnostic, _ = on_two_workers("gradient_arithmetic", tmp_path)
+@pytest.mark.parametrize("accumulate", ["1", "0"])
+def test_one_devices_gradient_arithmetic(tmp_path, accumulate):
+    # Global-norm clipping on the global batch's gradient, a moving average of
+    # the weights, AdamW on sparse gradients (a position embedding shared by
+    # the batch, a token embedding), a compute_loss term, add_loss and a
+    # regularizer, in batches of 33, with accumulation over 2 steps and
+    # without (then the sparse gradients reach the optimizer as they are):
+    # the optimizer's apply runs once, across both workers, on the sum.
+    plain, agnostic, _ = on_two_workers("gradient_arithmetic", tmp_path,
+                                        PROGRAM_ACCUMULATE=accumulate)
     assert_same_training(plain, agnostic)
     assert_same_history(plain, agnostic)
     np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)

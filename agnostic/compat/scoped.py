@@ -11,8 +11,9 @@ calling thread's state, and one lock counts the steps inside.
 
 Two sets of patches may wrap the same function (none of today's do: each
 module of compat/ replaces its own functions). Each function's wrappers are
-kept as layers over the engine's own function, rebuilt whenever one set opens or closes, so that the sets may
-close in any order and the engine's function comes back when the last does.
+kept as layers over the engine's own function, rebuilt whenever one set
+opens or closes, so that the sets may close in any order and the engine's
+function comes back when the last does.
 """
 import contextlib
 import threading

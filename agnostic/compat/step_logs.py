@@ -64,21 +64,22 @@ def metrics_in_place(model):
 
 def _over_replicas(model):
     """Each metric's result from its variables summed across the replicas
-    in sync (none: {})."""
+    in sync, every metric's in one all-reduce (none: {})."""
     import tensorflow as tf
 
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return {}
-    results = {}
-    for metric in model.metrics:
-        if not metric.variables:
-            continue
-        # Read into tensors first: given the variables themselves, TensorFlow
-        # takes each as its own destination, which fails under
-        # MultiWorkerMirroredStrategy ("destinations can not be empty").
-        values = [tf.identity(variable.value) for variable in metric.variables]
-        summed = context.all_reduce(tf.distribute.ReduceOp.SUM, values)
-        result = metric.stateless_result(summed)
+    metrics = [metric for metric in model.metrics if metric.variables]
+    # Read into tensors first: given the variables themselves, TensorFlow
+    # takes each as its own destination, which fails under
+    # MultiWorkerMirroredStrategy ("destinations can not be empty").
+    values = [tf.identity(variable.value) for metric in metrics for variable in metric.variables]
+    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, values) if values else []
+    results, start = {}, 0
+    for metric in metrics:
+        end = start + len(metric.variables)
+        result = metric.stateless_result(summed[start:end])
         results.update(result if isinstance(result, dict) else {metric.name: result})
+        start = end
     return results

@@ -19,6 +19,7 @@ def backend_agnostic_compile(
     cpu_merge: bool = True,
     cpu_relocation: bool = False,
     sync_batch_norm: bool = True,
+    global_view: bool = True,
     **kwargs: Any
 ) -> "keras.Model":
     """Compiles `model` to train on every available device, in place.
@@ -45,6 +46,14 @@ def backend_agnostic_compile(
             False: each replica uses its own share's statistics (faster, and
             not what one device computes); the moving statistics are still
             averaged over the replicas.
+        global_view: TensorFlow and torch: True (default): every replica's
+            step sees the whole global batch, as one device's does: losses
+            of any form, metrics, a `train_step` of the program's own and
+            random draws in it are one device's, while the model's layers
+            compute on each replica's part of the rows. False: each replica
+            computes its losses and metrics on its own share (no gather of
+            the batch; one device's only for means over rows). JAX's one
+            program always sees the global batch.
 
     Returns:
         `model`, compiled.
@@ -55,7 +64,7 @@ def backend_agnostic_compile(
         ...     optimizer="sgd", metrics=["accuracy"])
         >>> model.fit(x, y, batch_size=64, epochs=2)
     """
-    _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm)
+    _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_view)
     _check_keywords(model, kwargs)
     plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model)
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
@@ -69,13 +78,13 @@ def backend_agnostic_compile(
         )
     strategy = strategies.get(plan.strategy)(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
-        sync_batch_norm=sync_batch_norm,
+        sync_batch_norm=sync_batch_norm, global_view=global_view,
     )
     return strategy.compile(methods.start_again(model), in_place.CompileCall(args, kwargs))
 
 
 # The keywords backend_agnostic_compile takes itself (the rest go to compile).
-OWN_KEYWORDS = ("gpus", "cpu_merge", "cpu_relocation", "sync_batch_norm")
+OWN_KEYWORDS = ("gpus", "cpu_merge", "cpu_relocation", "sync_batch_norm", "global_view")
 
 
 def _check_keywords(model, kwargs):
@@ -106,7 +115,7 @@ def _check_keywords(model, kwargs):
         )
 
 
-def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm):
+def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_view):
     missing = [name for name in ("compile", "fit", "get_weights") if not hasattr(model, name)]
     if missing:
         raise TypeError(
@@ -115,7 +124,7 @@ def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm):
             f"model={model!r} (of type {type(model).__name__})"
         )
     for name, value in (("cpu_merge", cpu_merge), ("cpu_relocation", cpu_relocation),
-                        ("sync_batch_norm", sync_batch_norm)):
+                        ("sync_batch_norm", sync_batch_norm), ("global_view", global_view)):
         if not isinstance(value, bool):
             raise TypeError(
                 f"`{name}` must be True or False. Received: {name}={value!r}"

@@ -10,6 +10,7 @@ optimizers and metrics passed to compile or held by the model) is made
 again in the scope; state made later (a lazily built model, the optimizer's
 slots) is made there by Keras itself, since the model's steps run in it.
 """
+from agnostic import methods
 from agnostic.compat import keras_variables
 
 
@@ -50,7 +51,7 @@ def optimizers(model, call):
     found += [value for value in vars(model).values()
               if isinstance(value, keras.optimizers.Optimizer)]
     found += [getattr(optimizer, "inner_optimizer", None) for optimizer in found]
-    return _unique(found)
+    return methods.unique(found)
 
 
 def mean_trackers(model):
@@ -61,7 +62,7 @@ def mean_trackers(model):
 
     found = list(model.metrics) + [value for value in vars(model).values()
                                    if isinstance(value, keras.metrics.Metric)]
-    return _unique([metric for metric in found if type(metric) is keras.metrics.Mean])
+    return methods.unique([metric for metric in found if type(metric) is keras.metrics.Mean])
 
 
 def state(model, call):
@@ -72,11 +73,11 @@ def state(model, call):
     metrics = call.objects(keras.metrics.Metric) + list(model.metrics)
     metrics += [value for value in vars(model).values()
                 if isinstance(value, keras.metrics.Metric)]
-    for metric in _unique(metrics):
+    for metric in methods.unique(metrics):
         variables += metric.variables
     for optimizer in optimizers(model, call):
         variables += optimizer.variables
-    return _unique(variables)
+    return methods.unique(variables)
 
 
 def compile_in(model, scope, call, placed=None):
@@ -88,12 +89,3 @@ def compile_in(model, scope, call, placed=None):
             if placed is None or not placed(variable):
                 keras_variables.made_again(variable)
     return model
-
-
-def _unique(values):
-    seen, unique = set(), []
-    for value in values:
-        if value is not None and id(value) not in seen:
-            seen.add(id(value))
-            unique.append(value)
-    return unique

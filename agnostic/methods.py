@@ -3,6 +3,9 @@ optimizer, a metric): what the strategies and the compat layer wrap, and
 how compiling again starts clean. Imports nothing of agnostic's."""
 import functools
 
+# The model's key for the other objects whose methods were wrapped for it.
+WRAPPED_LAYERS = "_agnostic_wrapped_layers"
+
 
 def wrap_method(model, name, wrapper):
     """Replaces `model.name` on this instance by `wrapper(original)`;
@@ -26,6 +29,8 @@ def start_again(model):
     """`model` without the wrappers of an earlier backend_agnostic_compile
     (fine-tuning: freeze layers, compile again), which would otherwise apply
     twice; its weights, flags and state are its own throughout."""
+    for layer in model.__dict__.pop(WRAPPED_LAYERS, Held([])).values:
+        unwrap(layer)
     unwrap(model)
     optimizers = [value for value in vars(model).values()
                   if "_agnostic_originals" in getattr(value, "__dict__", {})]
@@ -41,3 +46,21 @@ def own(model, name):
     import keras
 
     return getattr(type(model), name) is not getattr(keras.Model, name)
+
+
+class Held:
+    """Objects a model holds for agnostic, out of Keras's sight (Keras
+    saves and tracks the layers it finds in a model's lists)."""
+
+    def __init__(self, values):
+        self.values = values
+
+
+def unique(values):
+    """`values` without None and without repeats (by identity), in order."""
+    seen, kept = set(), []
+    for value in values:
+        if value is not None and id(value) not in seen:
+            seen.add(id(value))
+            kept.append(value)
+    return kept

@@ -13,7 +13,8 @@ from typing import Callable, Tuple
 
 from agnostic import errors
 from agnostic.compat import (fit_resume, jax_joined, jax_on_batch, jax_uneven_batches,
-                             keras_fit, keras_nodes, keras_variables, mxnet_kvstore,
+                             keras_fit, keras_nodes, keras_variables, layer_losses,
+                             mxnet_kvstore,
                              shuffle_order, step_logs, tf_central_metrics, tf_collective_keys,
                              tf_collective_server, tf_first_batch, tf_gradients,
                              tf_on_batch, tf_worker_logs, torch_batch_norm,
@@ -56,6 +57,9 @@ ENTRIES = (
     Entry("step_logs", "A step of the program's own returning its metrics' results, the "
           "compiled ones nested, reports them over every replica.", ("tensorflow", "torch"),
           KERAS_3, step_logs.probe),
+    Entry("layer_losses", "What a layer adds with add_loss is kept by the replica that "
+          "added it, in a step over the global batch.", ("tensorflow", "torch"), KERAS_3,
+          layer_losses.probe),
     Entry("torch_batch_norm", "BatchNormalization's moments over every process's samples "
           "on torch.", ("torch",), KERAS_3, torch_batch_norm.probe),
     Entry("torch_empty_share", "A Keras loss over no rows is 0 where a process's share of "

@@ -40,20 +40,21 @@ def in_place(logs, model):
     return flat
 
 
-def metrics_in_place(model):
+def metrics_in_place(model, summed=True):
     """TensorFlow: `model`'s train_step and test_step return their logs
     `in_place`, each metric's result over every replica's
-    samples (its variables summed across the replicas, as reading them
+    samples (`summed`: its variables summed across the replicas, as reading them
     across replicas does), so that what a step reports after each batch
     (the progress bar, the callbacks) is one device's too, and not the mean
-    of each replica's own results."""
+    of each replica's own results. Not `summed`: each replica's metrics hold
+    the whole batch's already (agnostic/global_batch.py)."""
     def wrapper(step):
         def run(*args, **kwargs):
             logs = step(*args, **kwargs)
             if not isinstance(logs, dict):
                 return logs
             logs = in_place(logs, model)
-            every = _over_replicas(model)
+            every = _over_replicas(model) if summed else {}
             return {key: every.get(key, value) for key, value in logs.items()}
 
         return run

@@ -48,17 +48,20 @@ STEPS = ("train_step", "test_step")
 LOSS_SCALING = ("scale_loss_for_distribution", "unscale_loss_for_distribution")
 
 
-def one_device_arithmetic(model, optimizers, trackers):
+def one_device_arithmetic(model, optimizers, trackers, global_view=False):
     """`model`'s steps compute one device's losses on their share, each of
     `optimizers` applies the gradients of the global batch, and each of
-    `trackers` (the model's mean metrics) weighs a share by its rows."""
+    `trackers` (the model's mean metrics) weighs a share by its rows.
+    `global_view`: the steps see the whole global batch on every replica
+    (agnostic/global_batch.py), whose gradients are then averaged."""
     from agnostic import methods
 
     loss_scaling(LOSS_SCALING[0])  # a CompatError now, not in the first step
     for name in STEPS:
-        methods.wrap_method(model, name, _recording_share)
-    for tracker in trackers:
-        methods.wrap_method(tracker, "update_state", _weighted_when_unweighted)
+        methods.wrap_method(model, name, _recording_share(global_view))
+    if not global_view:
+        for tracker in trackers:
+            methods.wrap_method(tracker, "update_state", _weighted_when_unweighted)
     methods.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
     for optimizer in optimizers:
         methods.wrap_method(optimizer, "scale_loss", _weighted_by_share(optimizer))
@@ -66,24 +69,31 @@ def one_device_arithmetic(model, optimizers, trackers):
             methods.wrap_method(optimizer, "apply", _summed_first(optimizer))
 
 
-def _recording_share(step):
-    def run(data, *args, **kwargs):
-        previous = getattr(_step, "rows", None), getattr(_step, "weighted", None)
-        _step.rows, _step.weighted = _rows(data), set()
-        try:
-            with _PATCHES.active():
-                return step(data, *args, **kwargs)
-        finally:
-            _step.rows, _step.weighted = previous
+def _recording_share(global_view):
+    def wrapper(step):
+        def run(data, *args, **kwargs):
+            previous = (getattr(_step, "rows", None), getattr(_step, "weighted", None),
+                        getattr(_step, "whole", False))
+            _step.rows, _step.weighted, _step.whole = _rows(data), set(), global_view
+            try:
+                with _PATCHES.active():
+                    return step(data, *args, **kwargs)
+            finally:
+                _step.rows, _step.weighted, _step.whole = previous
 
-    return run
+        return run
+
+    return wrapper
 
 
 def _share():
-    """This replica's part of the global batch, n_r / n (0 for no rows)."""
+    """This replica's part of the global batch, n_r / n (0 for no rows);
+    1 / replicas where every replica's step saw the whole batch."""
     import tensorflow as tf
 
     context = tf.distribute.get_replica_context()
+    if _step.whole:
+        return tf.constant(1.0 / context.num_replicas_in_sync)
     rows = _step.rows
     return tf.math.divide_no_nan(rows, context.all_reduce(tf.distribute.ReduceOp.SUM, rows))
 

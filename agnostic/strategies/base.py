@@ -8,8 +8,10 @@ class Strategy:
 
     name = ""
 
-    def __init__(self, plan, cpu_merge=True, cpu_relocation=False, sync_batch_norm=True):
+    def __init__(self, plan, cpu_merge=True, cpu_relocation=False, sync_batch_norm=True,
+                 global_view=True):
         self.plan = plan
+        self.global_view = global_view
         self.cpu_merge = cpu_merge
         self.cpu_relocation = cpu_relocation
         self.sync_batch_norm = sync_batch_norm

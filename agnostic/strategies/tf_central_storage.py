@@ -37,7 +37,8 @@ class TFCentralStorageStrategy(base.Strategy):
         def scope():
             return tf_distribute.central_scope(strategy)
 
-        tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm)
+        tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
+                                self.global_view)
         tf_central_metrics.update_in_place(model)
         pipeline.wrap(model, self.plan.num_replicas, even_shares=False)
         return model

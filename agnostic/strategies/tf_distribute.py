@@ -3,25 +3,61 @@
 trains under the strategy itself."""
 import contextlib
 
-from agnostic import batch_norm, errors, in_place
+from agnostic import batch_norm, errors, global_batch, in_place, methods
 from agnostic.compat import keras_variables, step_logs, tf_first_batch, tf_gradients, tf_on_batch
+from agnostic.strategies import tf_batch_view
 
 
-def distribute(model, strategy, scope, call, sync_batch_norm):
+def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     """The program's model trains under `strategy`: compiled in `scope()`,
     its state made again there, its batch normalization over the global
-    batch (`sync_batch_norm`), its steps fixed where Keras needs help."""
+    batch (`sync_batch_norm`), its steps fixed where Keras needs help, and
+    (`global_view`) run over the global batch on every replica."""
     keras_variables.train_under(model, strategy)
     batch_norm.synchronize(model, sync_batch_norm)
-    in_place.compile_in(model, scope(), call,
-                        placed=lambda variable: keras_variables.in_strategy(variable, strategy))
+    metrics_scope = tf_batch_view.first_replicas_metrics if global_view \
+        else contextlib.nullcontext
+    in_place.compile_in(model, _within(scope(), metrics_scope()), call,
+                        placed=lambda variable: _placed(variable, strategy, global_view))
     optimizers = in_place.optimizers(model, call)
     for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
-    tf_gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model))
-    step_logs.metrics_in_place(model)
+    tf_gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),
+                                       global_view)
+    step_logs.metrics_in_place(model, summed=not global_view)
+    if global_view:
+        global_batch.see_the_global_batch(model, tf_batch_view.view)
+        for name in global_batch.STEPS:
+            methods.wrap_method(model, name, _made_in(metrics_scope))
     tf_first_batch.build_without_reading(model, strategy, scope)
     tf_on_batch.split_batches(model, strategy)
+
+
+def _placed(variable, strategy, global_view):
+    """Whether `variable` is where the plan wants it already (a metric's,
+    under the global view, is made again to be read from the first replica)."""
+    if global_view and variable.synchronization == "on_read":
+        return False
+    return keras_variables.in_strategy(variable, strategy)
+
+
+@contextlib.contextmanager
+def _within(outer, inner):
+    with outer, inner:
+        yield
+
+
+def _made_in(scope):
+    """A step in which the variables made (the compiled metrics', built at
+    the first step) are made in `scope()`."""
+    def wrapper(step):
+        def run(*args, **kwargs):
+            with scope():
+                return step(*args, **kwargs)
+
+        return run
+
+    return wrapper
 
 
 def users_strategy(plan, wanted, central=False):

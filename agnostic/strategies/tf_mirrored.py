@@ -40,6 +40,7 @@ class TFMirroredStrategy(base.Strategy):
         if not self.sync_batch_norm:
             def scope():
                 return tf_distribute.central_scope(strategy)
-        tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm)
+        tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
+                                self.global_view)
         pipeline.wrap(model, self.plan.num_replicas, even_shares=False)
         return model

@@ -16,7 +16,9 @@ class TFMultiWorkerStrategy(base.Strategy):
         import tensorflow as tf
 
         users = tf_distribute.users_strategy(self.plan, tf.distribute.MultiWorkerMirroredStrategy)
-        return compile(self.plan, model, call, self.sync_batch_norm, users)
+        # Not yet between workers: each worker's step sees its own share
+        # (docs/guarantees.md, "Every step sees the whole global batch").
+        return compile(self.plan, model, call, self.sync_batch_norm, users, global_view=False)
 
 
 def strategy(plan):
@@ -37,12 +39,14 @@ def strategy(plan):
     )
 
 
-def compile(plan, model, call, sync_batch_norm=True, users=None):
+def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=True):
     """`users`: the program's own MultiWorkerMirroredStrategy, in whose scope
-    it compiles; the one agnostic made otherwise."""
+    it compiles; the one agnostic made otherwise. `global_view`: each
+    worker's step sees the global batch (agnostic/global_batch.py)."""
     workers = users or strategy(plan)
     _chief_weights(workers, model)
-    tf_distribute.distribute(model, workers, workers.scope, call, sync_batch_norm)
+    tf_distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
+                             global_view)
     tf_worker_logs.one_value_per_replica(model)
     _one_step_per_execution(model, plan.process_id == 0)
     # TensorFlow gives each worker its part of every batch itself.

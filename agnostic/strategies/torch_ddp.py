@@ -15,11 +15,11 @@ import logging
 import sys
 
 from agnostic import _startup, batch_norm, batching, collectives, devices, errors
-from agnostic import in_place, methods, pipeline
+from agnostic import global_batch, in_place, methods, pipeline
 from agnostic.cluster import torch_join
 from agnostic.compat import step_logs, torch_batch_norm, torch_keras_ddp
 from agnostic.launch import local, processes
-from agnostic.strategies import base, torch_gradients, torch_reduce
+from agnostic.strategies import base, torch_batch_view, torch_gradients, torch_reduce
 
 logger = logging.getLogger("agnostic")
 
@@ -68,11 +68,17 @@ class TorchDDPStrategy(base.Strategy):
             logger.info("Keras %s trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.", keras_version())
         torch_gradients.average(model, group.world_size, self.multi_device,
-                                in_place.optimizers(model, call), by_keras)
-        if not torch_keras_ddp.keras_is_data_parallel(model):
-            _aggregate_metrics(model)
-        _global_step_logs(model)
+                                in_place.optimizers(model, call), by_keras, self.global_view)
+        if self.global_view:
+            # Every process's metrics hold the whole batch's already.
+            torch_keras_ddp.metrics_not_summed(model)
+        else:
+            if not torch_keras_ddp.keras_is_data_parallel(model):
+                _aggregate_metrics(model)
+            _global_step_logs(model)
         torch_gradients.empty_shares(model)
+        if self.global_view:
+            global_batch.see_the_global_batch(model, torch_batch_view.maker(group.world_size))
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
                                        share=collectives.torch_share)
         pipeline.wrap(model, group.world_size, processes=processes, even_shares=False)

@@ -21,14 +21,16 @@ def step_data(args, kwargs):
     return args[0] if args else kwargs.get("data")
 
 
-def average(model, world_size, multi_device=False, optimizers=(), by_keras=False):
+def average(model, world_size, multi_device=False, optimizers=(), by_keras=False,
+            global_view=False):
     """Each training step's gradients averaged over the processes: torch's
     DistributedDataParallel while backward runs, when the step calls the
     model (compat.torch_keras_ddp); else when an optimizer the model trains
     with (`optimizers`: the model's, a GAN's own) gets them. `by_keras`:
     Keras averages them itself; only each share's weight is added, to the
-    loss its train_step scales."""
-    steps = GradientSteps(model, world_size, multi_device)
+    loss its train_step scales. `global_view`: every process's step sees the
+    whole batch (agnostic/global_batch.py), so each share weighs the same."""
+    steps = GradientSteps(model, world_size, multi_device, global_view)
     steps.warned = by_keras  # Keras's own step averages: nothing to warn of
 
     def step(train_step):
@@ -60,8 +62,9 @@ def average(model, world_size, multi_device=False, optimizers=(), by_keras=False
 
     methods.wrap_method(model, "train_step", step)
     methods.wrap_method(model, "test_step", test_step)
-    for tracker in in_place.mean_trackers(model):
-        methods.wrap_method(tracker, "update_state", steps.weighted_update)
+    if not global_view:
+        for tracker in in_place.mean_trackers(model):
+            methods.wrap_method(tracker, "update_state", steps.weighted_update)
     if not by_keras:
         methods.wrap_method(model, "forward", steps.forward)
     # A loss-scale optimizer averages before its inner one sees the gradients.
@@ -91,8 +94,9 @@ class GradientSteps:
     a training step (evaluate, predict, a saliency map) start no collective.
     """
 
-    def __init__(self, model, world_size, multi_device=False):
+    def __init__(self, model, world_size, multi_device=False, global_view=False):
         self.model, self.world_size = model, world_size
+        self.global_view = global_view  # every process's loss is the whole batch's
         self.multi_device = multi_device
         self.parallel = None
         self.whole = True  # every weight gets a gradient: DDP can be used
@@ -144,7 +148,7 @@ class GradientSteps:
         and the sum then overlaps the forward pass), else when first needed."""
         self.rows, self.weight = batching.num_samples(data), 1.0
         self.counting, self.counted_rows = None, False
-        if early:
+        if early and not self.global_view:
             self._count()
         self.in_step = True
         try:
@@ -188,7 +192,10 @@ class GradientSteps:
             self.weight = self.world_size * self.rows / every if every else 0.0
 
     def share(self):
-        """This step's weight of this process's gradients: world * n_r / n."""
+        """This step's weight of this process's gradients: world * n_r / n
+        (1 where every process's loss is the whole batch's)."""
+        if self.global_view:
+            return 1.0
         self._count()
         self._wait()
         return self.weight

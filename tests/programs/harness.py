@@ -38,8 +38,9 @@ def compile(model, *args, **kwargs):
     import agnostic
 
     sync = os.environ.get("AGNOSTIC_TEST_SYNC_BATCH_NORM", "1") == "1"
+    whole = os.environ.get("AGNOSTIC_TEST_GLOBAL_VIEW", "1") == "1"
     agnostic.backend_agnostic_compile(model, *args, gpus=REPLICAS, sync_batch_norm=sync,
-                                      **kwargs)
+                                      global_view=whole, **kwargs)
     return model
 
 

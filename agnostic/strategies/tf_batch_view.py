@@ -1,0 +1,128 @@
+"""TensorFlow's View of the global batch in a replica's step
+(agnostic/global_batch.py), through the replica context's collectives.
+
+`ReplicaContext.all_gather` takes parts of any size along the axis. The
+backward passes here call no collective where global_batch.py says none is
+needed: under MirroredStrategy the replicas' collectives pair up in the order
+each replica calls them, and a backward pass need not call them in the same
+order on every replica.
+"""
+
+
+def view():
+    """The View of the step being traced, in a replica of a strategy over
+    several replicas; None elsewhere (one replica: nothing to gather)."""
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or tf.distribute.in_cross_replica_context() \
+            or context.num_replicas_in_sync == 1:
+        return None
+    return View(context)
+
+
+class View:
+    def __init__(self, context):
+        self.context = context
+        self.replicas = context.num_replicas_in_sync
+
+    def is_tensor(self, value):
+        import tensorflow as tf
+
+        return isinstance(value, tf.Tensor)
+
+    def leading(self, value):
+        return value.shape[0]
+
+    def rows(self, value):
+        import tensorflow as tf
+
+        return tf.shape(value)[0]
+
+    def gather_data(self, data):
+        """Every replica's rows of the step's data, in replica order."""
+        import keras
+
+        first = next((value for value in keras.tree.flatten(data)
+                      if self.is_tensor(value) and value.shape.rank), None)
+        if first is None:
+            return data
+        rows = first.shape[0]
+
+        def gathered(value):
+            if self.is_tensor(value) and value.shape.rank and value.shape[0] == rows:
+                return self.context.all_gather(value, axis=0)
+            return value
+
+        return keras.tree.map_structure(gathered, data)
+
+    def split(self, rows):
+        """This replica's rows of `rows`, as tf.distribute splits a batch:
+        the first replicas take one more where they do not divide."""
+        import tensorflow as tf
+
+        index = tf.cast(self.context.replica_id_in_sync_group, rows.dtype)
+        base, extra = rows // self.replicas, rows % self.replicas
+        start = index * base + tf.minimum(index, extra)
+        return start, start + base + tf.cast(index < extra, rows.dtype)
+
+    def part(self, value, start, stop):
+        import tensorflow as tf
+
+        if not value.dtype.is_floating:
+            return value[start:stop]
+        context, replicas = self.context, self.replicas
+
+        @tf.custom_gradient
+        def part(whole):
+            def gradient(upstream):
+                # Every replica's part of the input's gradient, as one
+                # device's; each carries the whole loss, hence the mean.
+                return context.all_gather(upstream, axis=0) / tf.cast(replicas, upstream.dtype)
+
+            return tf.identity(whole[start:stop]), gradient
+
+        return part(value)
+
+    def gather(self, value, start, stop, rows):
+        import tensorflow as tf
+
+        if not value.dtype.is_floating:
+            return self.context.all_gather(value, axis=0)
+        context, replicas = self.context, self.replicas
+
+        @tf.custom_gradient
+        def gather(part):
+            def gradient(upstream):
+                return upstream[start:stop] * tf.cast(replicas, upstream.dtype)
+
+            return tf.identity(context.all_gather(part, axis=0)), gradient
+
+        return gather(value)
+
+    def weighted_sum(self, value, start, stop, rows):
+        import tensorflow as tf
+
+        # A replica given no rows adds 0, not the NaN of a mean over none.
+        weighted = tf.math.multiply_no_nan(
+            value, tf.cast(stop - start, value.dtype) / tf.cast(rows, value.dtype))
+        summed = self.context.all_reduce(tf.distribute.ReduceOp.SUM, tf.stop_gradient(weighted))
+        local = weighted * tf.cast(self.replicas, value.dtype)
+        return tf.stop_gradient(summed - local) + local
+
+
+def first_replicas_metrics():
+    """A variable creator scope in which metrics' variables (read by summing
+    the replicas' copies, Keras's `on_read` "sum") are read from the first
+    replica: under the global view every replica's copy holds the whole
+    batch's state, one device's."""
+    import tensorflow as tf
+
+    def creator(next_creator, **kwargs):
+        if kwargs.get("synchronization") == tf.VariableSynchronization.ON_READ \
+                and kwargs.get("aggregation") in (tf.VariableAggregation.SUM,
+                                                  tf.VariableAggregation.MEAN):
+            kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        return next_creator(**kwargs)
+
+    return tf.variable_creator_scope(creator)

@@ -331,7 +331,9 @@ def test_losses_over_the_whole_batch_train_like_one_device(replicas, tmp_path):
     assert_same_history(plain, agnostic)
 
 
-@pytest.mark.parametrize("own_step", ["0", "1"])
+# JAX's steps are stateless: keras.io's dual encoder writes its own step for
+# TensorFlow (and this program for torch too); JAX runs the compiled loss.
+@pytest.mark.parametrize("own_step", ["0", "1"] if ENGINE != "jax" else ["0"])
 def test_an_in_batch_softmax_trains_like_one_device(own_step, tmp_path):
     plain, agnostic = run_both("dual_encoder", tmp_path, env={"PROGRAM_OWN_STEP": own_step},
                                both=True)

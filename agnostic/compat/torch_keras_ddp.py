@@ -62,19 +62,6 @@ def keras_averages_gradients(model):
     return keras_is_data_parallel(model) and not methods.own(model, "train_step")
 
 
-def metrics_not_summed(model):
-    """Keras 3.16 sums the metrics' states across processes when it reads
-    them (`get_metrics_result`); where every process's metrics hold the whole
-    batch's already (agnostic/global_batch.py), they are read as they are,
-    as Keras's trainer does without processes."""
-    if not keras_is_data_parallel(model):
-        return
-    from keras.src.trainers import trainer
-
-    methods.wrap_method(model, "get_metrics_result",
-                        lambda summed: trainer.Trainer.get_metrics_result.__get__(model))
-
-
 def parallel_forward(model, bucket_mb, multi_device=False):
     """A DistributedDataParallel over `model`'s weights whose forward is the
     model's own (its class's, not a wrapper on the instance). Construction is a collective (rank 0's

@@ -67,17 +67,17 @@ class TorchDDPStrategy(base.Strategy):
         if by_keras:
             logger.info("Keras %s trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.", keras_version())
+        # Not yet where Keras 3.16 trains under DistributedDataParallel
+        # itself: its processes compute on their own shares there.
+        global_view = self.global_view and not torch_keras_ddp.keras_is_data_parallel(model)
         torch_gradients.average(model, group.world_size, self.multi_device,
-                                in_place.optimizers(model, call), by_keras, self.global_view)
-        if self.global_view:
-            # Every process's metrics hold the whole batch's already.
-            torch_keras_ddp.metrics_not_summed(model)
-        else:
+                                in_place.optimizers(model, call), by_keras, global_view)
+        if not global_view:  # else every process's metrics hold the whole batch's
             if not torch_keras_ddp.keras_is_data_parallel(model):
                 _aggregate_metrics(model)
             _global_step_logs(model)
         torch_gradients.empty_shares(model)
-        if self.global_view:
+        if global_view:
             global_batch.see_the_global_batch(model, torch_batch_view.maker(group.world_size))
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
                                        share=collectives.torch_share)

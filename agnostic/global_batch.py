@@ -112,8 +112,9 @@ def _shared_call(layer):
                 return value
 
             args, kwargs = keras.tree.map_structure(part, (args, kwargs))
-            share = view.leading(view.part(first, start, stop))
-            counted = _loss_counts(layer)
+            share = next(view.leading(value) for value in keras.tree.flatten((args, kwargs))
+                         if view.is_tensor(value) and _rank(value))  # `first`'s part
+            counted = _loss_counts()
             _step.depth += 1
             try:
                 outputs = call(*args, **kwargs)
@@ -138,19 +139,17 @@ def _rank(value):
     return len(shape) if shape is not None else 0
 
 
-def _loss_counts(layer):
-    """How many losses each layer of `layer` has added so far (this replica's)."""
-    kept = layer_losses.kept()
-    layers = [layer] + layer_losses.nested_layers(layer)
-    return [(each, len(kept.get(id(each), []))) for each in layers]
+def _loss_counts():
+    """How many losses each layer has added so far in this replica's step."""
+    return {key: len(losses) for key, losses in layer_losses.kept().items()}
 
 
 def _combine_added_losses(counted, view, start, stop, total):
-    """What the call added with `add_loss` (on this replica's rows): the
-    sum over the replicas of each one's, weighted by its part of the rows."""
-    kept = layer_losses.kept()
-    for each, before in counted:
-        losses = kept.get(id(each), [])
+    """What the call added with `add_loss` (on this replica's rows; only
+    the layers inside the call add on this thread meanwhile): the sum over
+    the replicas of each one's, weighted by its part of the rows."""
+    for key, losses in layer_losses.kept().items():
+        before = counted.get(key, 0)
         if len(losses) > before:
             losses[before:] = [view.weighted_sum(loss, start, stop, total)
                                for loss in losses[before:]]

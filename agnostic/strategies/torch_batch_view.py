@@ -66,16 +66,17 @@ class View:
 
         return keras.tree.map_structure(gathered, data)
 
-    def split(self, rows):
-        """This process's rows of `rows`: the first processes take one more
+    def counts(self, rows):
+        """Each process's rows of `rows`: the first processes take one more
         where they do not divide."""
         base, extra = divmod(rows, self.replicas)
-        start = self.index * base + min(self.index, extra)
-        return start, start + base + (self.index < extra)
-
-    def counts(self, rows):
-        base, extra = divmod(rows, self.replicas)
         return [base + (index < extra) for index in range(self.replicas)]
+
+    def split(self, rows):
+        """This process's rows of `rows`, (start, stop)."""
+        counts = self.counts(rows)
+        start = sum(counts[:self.index])
+        return start, start + counts[self.index]
 
     def part(self, value, start, stop):
         if not value.requires_grad:

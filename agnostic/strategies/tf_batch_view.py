@@ -26,6 +26,19 @@ class View:
         self.context = context
         self.replicas = context.num_replicas_in_sync
 
+    def _all_gather(self, value):
+        """Every replica's `value`, joined. TensorFlow gathers to the
+        value's device: a tensor placed on none (a worker's batch, where a
+        worker's one replica runs without a device scope) is put on the
+        worker's device first."""
+        import tensorflow as tf
+
+        local = self.context.strategy.extended.worker_devices
+        if not value.device and len(local) == 1:
+            with tf.device(local[0]):
+                value = tf.identity(value)
+        return self.context.all_gather(value, axis=0)
+
     def is_tensor(self, value):
         import tensorflow as tf
 
@@ -51,7 +64,7 @@ class View:
 
         def gathered(value):
             if self.is_tensor(value) and value.shape.rank and value.shape[0] == rows:
-                return self.context.all_gather(value, axis=0)
+                return self._all_gather(value)
             return value
 
         return keras.tree.map_structure(gathered, data)
@@ -71,14 +84,14 @@ class View:
 
         if not value.dtype.is_floating:
             return value[start:stop]
-        context, replicas = self.context, self.replicas
+        replicas = self.replicas
 
         @tf.custom_gradient
         def part(whole):
             def gradient(upstream):
                 # Every replica's part of the input's gradient, as one
                 # device's; each carries the whole loss, hence the mean.
-                return context.all_gather(upstream, axis=0) / tf.cast(replicas, upstream.dtype)
+                return self._all_gather(upstream) / tf.cast(replicas, upstream.dtype)
 
             return tf.identity(whole[start:stop]), gradient
 
@@ -88,15 +101,15 @@ class View:
         import tensorflow as tf
 
         if not value.dtype.is_floating:
-            return self.context.all_gather(value, axis=0)
-        context, replicas = self.context, self.replicas
+            return self._all_gather(value)
+        replicas = self.replicas
 
         @tf.custom_gradient
         def gather(part):
             def gradient(upstream):
                 return upstream[start:stop] * tf.cast(replicas, upstream.dtype)
 
-            return tf.identity(context.all_gather(part, axis=0)), gradient
+            return tf.identity(self._all_gather(part)), gradient
 
         return gather(value)
 

@@ -16,9 +16,7 @@ class TFMultiWorkerStrategy(base.Strategy):
         import tensorflow as tf
 
         users = tf_distribute.users_strategy(self.plan, tf.distribute.MultiWorkerMirroredStrategy)
-        # Not yet between workers: each worker's step sees its own share
-        # (docs/guarantees.md, "Every step sees the whole global batch").
-        return compile(self.plan, model, call, self.sync_batch_norm, users, global_view=False)
+        return compile(self.plan, model, call, self.sync_batch_norm, users, self.global_view)
 
 
 def strategy(plan):

@@ -71,6 +71,16 @@ def test_one_devices_gradient_arithmetic(tmp_path, accumulate):
     assert agnostic["iterations"] == plain["iterations"]
 
 
+@pytest.mark.parametrize("name", ["whole_batch_losses", "gan"])
+def test_each_workers_step_sees_the_whole_global_batch(tmp_path, name):
+    # reduction="sum", a sample-weighted mean and a batch-mean loss on
+    # batches of 33; the keras.io GAN drawing its noise in its step: the
+    # step's data gathered from both workers (agnostic/global_batch.py).
+    plain, agnostic, _ = on_two_workers(name, tmp_path)
+    assert_same_training(plain, agnostic)
+    assert_same_history(plain, agnostic)
+
+
 def test_several_steps_per_execution_run_one_per_call_said_once(tmp_path):
     # Keras's loop of several steps per call fails under the workers'
     # strategy, with or without agnostic: one step per call, the same training.

@@ -7,17 +7,22 @@ BUCKET_BYTES = 25 * 1024 * 1024
 
 
 def buckets(tensors):
-    """Consecutive groups of `tensors` of at least BUCKET_BYTES, the last one
-    smaller."""
-    bucket, size = [], 0
+    """Groups of `tensors` of one dtype each (joined in one tensor, an int32
+    seed would pass through float32 and lose its last bits), of at least
+    BUCKET_BYTES but each dtype's last."""
+    by_dtype = {}
     for tensor in tensors:
-        bucket.append(tensor)
-        size += tensor.numel() * tensor.element_size()
-        if size >= BUCKET_BYTES:
+        by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    for same in by_dtype.values():
+        bucket, size = [], 0
+        for tensor in same:
+            bucket.append(tensor)
+            size += tensor.numel() * tensor.element_size()
+            if size >= BUCKET_BYTES:
+                yield bucket
+                bucket, size = [], 0
+        if bucket:
             yield bucket
-            bucket, size = [], 0
-    if bucket:
-        yield bucket
 
 
 def flat(bucket):

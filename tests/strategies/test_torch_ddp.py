@@ -182,6 +182,19 @@ def test_tensors_are_summed_in_buckets(monkeypatch):
     assert all(float(t.sum()) == 1000.0 for t in buckets[0])
 
 
+def test_a_bucket_holds_one_dtype_so_integers_keep_every_bit():
+    # A seed generator's int32 state beside float weights: joined with them
+    # in one float32 tensor, 114706270 came back as 114706272 on every
+    # process (an augmentation layer then drew other flips than one device).
+    seed = torch.tensor([114706270, 0], dtype=torch.int32)
+    tensors = [torch.zeros(3), seed, torch.ones(2)]
+    buckets = list(torch_reduce.buckets(tensors))
+    assert [[t.dtype for t in b] for b in buckets] == [[torch.float32] * 2, [torch.int32]]
+    flat = torch_reduce.flat(buckets[1])
+    torch_reduce.unflatten_into(flat, buckets[1])
+    assert seed.tolist() == [114706270, 0]
+
+
 @pytest.mark.keras_versions
 def test_gradients_are_averaged_by_distributed_data_parallel(tmp_path):
     result, _, _ = run_script(SCRIPT, "gradients", tmp_path)

@@ -6,7 +6,9 @@ the global batch. Here every replica runs the step over the global batch
 too: the step's data are gathered across the replicas, so whatever the step
 computes from it (the losses of any form, the metrics, a step of the
 program's own, random draws shaped by the batch) is one device's, on every
-replica alike. Only the work that costs is shared: each layer or model the
+replica alike. A layer that draws for its rows in its call (Dropout, a
+VAE's sampling layer) draws for all the rows and keeps its part
+(compat/random_draws.py). Only the work that costs is shared: each layer or model the
 step calls (the model itself, a GAN's generator) runs on this replica's part
 of the rows it is given and its outputs are gathered back.
 
@@ -30,12 +32,15 @@ An engine supplies a `View` for each step (strategies/tf_batch_view.py,
 strategies/torch_batch_view.py) with: `replicas`, `gather_data(values)`,
 `split(rows)` -> (start, stop), `part(value, start, stop)`,
 `gather(value, start, stop, rows)`, `rows(value)`, `leading(value)` (the static or known
-leading dimension), `is_tensor(value)`, `weighted_sum(value, start, stop, rows)`.
+leading dimension), `is_tensor(value)`, `weighted_sum(value, start, stop, rows)`,
+and for random draws in a call (compat/random_draws.py) `when_rows(rows,
+part_rows, if_equal, otherwise)`, `noise_shape(inputs, noise_shape)`,
+`ones(shape, like)`.
 """
 import threading
 
 from agnostic import methods
-from agnostic.compat import layer_losses
+from agnostic.compat import layer_losses, random_draws
 
 _step = threading.local()  # TensorFlow's replicas trace their steps on threads of their own
 
@@ -54,7 +59,7 @@ def see_the_global_batch(model, make_view):
             previous = getattr(_step, "view", None), getattr(_step, "depth", 0)
             _step.view, _step.depth = view, 0
             try:
-                with layer_losses.Keeping():
+                with layer_losses.Keeping(), random_draws.drawing():
                     return step(view.gather_data(data), *args, **kwargs)
             finally:
                 _step.view, _step.depth = previous
@@ -117,7 +122,8 @@ def _shared_call(layer):
             counted = _loss_counts()
             _step.depth += 1
             try:
-                outputs = call(*args, **kwargs)
+                with random_draws.Drawing(view, start, stop, total):
+                    outputs = call(*args, **kwargs)
             finally:
                 _step.depth -= 1
             _combine_added_losses(counted, view, start, stop, total)

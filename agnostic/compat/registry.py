@@ -14,7 +14,7 @@ from typing import Callable, Tuple
 from agnostic import errors
 from agnostic.compat import (fit_resume, jax_joined, jax_on_batch, jax_uneven_batches,
                              keras_fit, keras_nodes, keras_variables, layer_losses,
-                             mxnet_kvstore,
+                             mxnet_kvstore, random_draws,
                              shuffle_order, step_logs, tf_central_metrics, tf_collective_keys,
                              tf_collective_server, tf_first_batch, tf_gradients,
                              tf_on_batch, tf_worker_logs, torch_batch_norm,
@@ -60,6 +60,8 @@ ENTRIES = (
     Entry("layer_losses", "What a layer adds with add_loss is kept by the replica that "
           "added it, in a step over the global batch.", ("tensorflow", "torch"), KERAS_3,
           layer_losses.probe),
+    Entry("random_draws", "A layer's draws for its rows are one device's, in a step over "
+          "the global batch.", ("tensorflow", "torch"), KERAS_3, random_draws.probe),
     Entry("torch_batch_norm", "BatchNormalization's moments over every process's samples "
           "on torch.", ("torch",), KERAS_3, torch_batch_norm.probe),
     Entry("torch_empty_share", "A Keras loss over no rows is 0 where a process's share of "

@@ -113,6 +113,30 @@ class View:
 
         return gather(value)
 
+    def when_rows(self, rows, part_rows, if_equal, otherwise):
+        """`if_equal()` where `rows` (a draw's first dimension) is this
+        replica's rows, else `otherwise()`; decided as the step runs where
+        either is known only then."""
+        import tensorflow as tf
+
+        if isinstance(rows, int) and isinstance(part_rows, int):
+            return if_equal() if rows == part_rows else otherwise()
+        return tf.cond(tf.equal(tf.cast(rows, tf.int32), tf.cast(part_rows, tf.int32)),
+                       if_equal, otherwise)
+
+    def noise_shape(self, inputs, noise_shape):
+        """Dropout's noise shape with the inputs' dimensions where it has None."""
+        import tensorflow as tf
+
+        dynamic = tf.shape(inputs)
+        given = noise_shape if noise_shape is not None else [None] * inputs.shape.rank
+        return [dynamic[i] if size is None else size for i, size in enumerate(given)]
+
+    def ones(self, shape, like):
+        import tensorflow as tf
+
+        return tf.ones(tf.stack([tf.cast(size, tf.int32) for size in shape]), like.dtype)
+
     def weighted_sum(self, value, start, stop, rows):
         import tensorflow as tf
 

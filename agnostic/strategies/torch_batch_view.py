@@ -88,6 +88,22 @@ class View:
             return _all_gather(self.group, value, self.counts(rows))
         return _functions().Gather.apply(value, start, stop, self.counts(rows), self)
 
+    def when_rows(self, rows, part_rows, if_equal, otherwise):
+        """`if_equal()` where `rows` (a draw's first dimension) is this
+        process's rows, else `otherwise()`."""
+        return if_equal() if int(rows) == part_rows else otherwise()
+
+    def noise_shape(self, inputs, noise_shape):
+        """Dropout's noise shape with the inputs' dimensions where it has None."""
+        given = noise_shape if noise_shape is not None else [None] * inputs.dim()
+        return [inputs.shape[i] if size is None else size for i, size in enumerate(given)]
+
+    def ones(self, shape, like):
+        import torch
+
+        return torch.ones(tuple(int(size) for size in shape), dtype=like.dtype,
+                          device=like.device)
+
     def weighted_sum(self, value, start, stop, rows):
         import torch.distributed as dist
 

@@ -41,9 +41,10 @@ class DualEncoder(keras.Model):
     def metrics(self):
         return [self.loss_tracker] if OWN_STEP else super().metrics
 
-    def train_step(self, data):
+    def train_step(self, *arguments):  # JAX's takes (state, data)
         if not OWN_STEP:
-            return super().train_step(data)
+            return super().train_step(*arguments)
+        data = arguments[0]
         features, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         if ENGINE == "tensorflow":
             import tensorflow as tf

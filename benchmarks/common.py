@@ -61,6 +61,66 @@ def run_child(script, arguments, engine, devices, timeout=3600):
     return json.loads(lines[-1])
 
 
+def two_ways_main(doc, script, name, ways, names, child, engines, note=None):
+    """The command line of a benchmark of two `ways` of training one model
+    (batch_norm.py, global_view.py): as a child, `child(options)` measures
+    them; else one child per installed engine and device count, the table
+    (`names`: each way's column) written to `name`.json and .md; `note(options)`
+    adds to each result and prints a line."""
+    parser = model_options(doc, devices="2", repeats=7)
+    parser.add_argument("--smoke-child", action="store_true", help=argparse.SUPPRESS)
+    parser.set_defaults(batch=64, steps=10, width=32)
+    options = parser.parse_args()
+    if options.child:
+        options.devices = int(options.devices)
+        child(options)
+        return 0
+    extra = []
+    if options.smoke:
+        smoke_sizes(options)
+        options.width, extra = 4, ["--smoke-child"]
+    results = []
+    for result in two_ways(script, options, ways, engines, extra):
+        result.update(note(options) if note else {})
+        results.append(result)
+        print(two_ways_table(results[-1:], ways, names).splitlines()[-1], flush=True)
+    write(options.out, name, results, two_ways_table(results, ways, names))
+    print(two_ways_table(results, ways, names))
+    for key, value in (note(options) if note else {}).items():
+        print(f"{key}: {value}")
+    return 0
+
+
+def two_ways(script, options, ways, engines, extra=()):
+    """Each installed engine's and device count's step times of the two
+    `ways` (a child process each, trained in rotation there): their
+    medians in ms and the ratios first/second, repeat by repeat; each
+    result is yielded as it comes."""
+    first, second = ways
+    for engine in installed(engines):
+        for devices in map(int, options.devices.split(",")):
+            measured = run_child(script, child_arguments(options, devices) + list(extra),
+                                 engine, devices)
+            ratios = [a / b for a, b in zip(measured[first], measured[second])]
+            yield {"engine": engine, "devices": devices, "ratios": ratios,
+                   "ratio": median(ratios),
+                   f"{first}_ms": median(measured[first]),
+                   f"{second}_ms": median(measured[second]),
+                   f"{first}_each": measured[first], f"{second}_each": measured[second]}
+
+
+def two_ways_table(results, ways, names):
+    """A Markdown table of `two_ways` results; `names`: each way's column."""
+    first, second = ways
+    rows = [f"| engine | devices | {names[0]} ms/step | {names[1]} ms/step | ratio "
+            "(median of repeats) | spread (min-max) |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        rows.append(f"| {r['engine']} | {r['devices']} | {r[first + '_ms']:.1f} | "
+                    f"{r[second + '_ms']:.1f} | {r['ratio']:.3f} | "
+                    f"{min(r['ratios']):.3f}-{max(r['ratios']):.3f} |")
+    return "\n".join(rows)
+
+
 def step_timer(keras):
     """A callback that records each training step's wall time."""
 

@@ -168,8 +168,9 @@ def _shard_fit(given, processes, even):
             else (x, y, part["sample_weight"])
         if "batch_size" in part:
             given["validation_batch_size"] = part["batch_size"]
-    elif validation is not None and sharding.is_dataset(validation):
-        validation = sharding.shard_py_dataset(validation, rank, world, even)
+    elif validation is not None:  # batches that come made: a PyDataset, a tf.data.Dataset...
+        sharded = sharding.shard_batched(validation, rank, world, even)
+        validation = validation if sharded is None else sharded
     if validation is not None:
         given["validation_data"] = validation
 

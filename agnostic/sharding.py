@@ -9,6 +9,7 @@ row over 2: 1 and none); where the strategy weights each share by its size
 """
 import inspect
 import math
+import sys
 
 import numpy as np
 
@@ -50,9 +51,22 @@ def take(data, indices):
 
 
 def part_of(batch, rank, world_size):
-    """Process `rank`'s part of one batch (arrays, or a tuple of them)."""
-    size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
-    return take(batch, np.arange(*share(size, rank, world_size)))
+    """Process `rank`'s part of one batch (arrays or tensors, or lists,
+    tuples and dicts of them), of the batch's own kind."""
+    size = batching.num_samples(batch[0] if isinstance(batch, (tuple, list)) else batch)
+    return rows(batch, *share(size, rank, world_size))
+
+
+def rows(data, start, stop):
+    """Rows [start, stop) of `data` (arrays or tensors, or lists, tuples,
+    dicts of them), each of its own kind."""
+    if data is None:
+        return None
+    if isinstance(data, dict):
+        return {key: rows(value, start, stop) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(rows(value, start, stop) for value in data)
+    return data[start:stop]
 
 
 def take_part(given, names, rank, world_size):
@@ -72,8 +86,9 @@ def shard(what, x, others, batch_size, rank, world_size):
         raise errors.UnsupportedInputError(
             f"{what}: with several processes agnostic gives each process its "
             "own shard of the data, and it can split NumPy arrays (or lists, "
-            "tuples and dicts of them), a keras.utils.PyDataset and a Python "
-            f"generator of batches. Received: x of type {type(x).__name__}. "
+            "tuples and dicts of them), a keras.utils.PyDataset, a Python "
+            "generator of batches, a tf.data.Dataset and a torch DataLoader. "
+            f"Received: x of type {type(x).__name__}. "
             "Pass arrays (x=np.asarray(...)), or wrap your batches in a "
             "keras.utils.PyDataset."
         )
@@ -186,14 +201,70 @@ def split_validation(x, y, kwargs, split):
     return take(x, list(head)), take(y, list(head)), validation
 
 
+def shard_batched(data, rank, world, even=False):
+    """Process `rank`'s part of each batch of `data`, where its batches come
+    made (a PyDataset, a generator, a tf.data.Dataset, a torch DataLoader),
+    of the same kind; None for other data."""
+    if is_dataset(data):
+        return shard_py_dataset(data, rank, world, even)
+    if _is_tf_dataset(data):
+        return _shard_tf_dataset(data, rank, world)
+    if _is_torch_loader(data):
+        return _shard_torch_loader(data, rank, world)
+    if is_generator(data):
+        return shard_batches(data, rank, world, even)
+    return None
+
+
+def _is_tf_dataset(data):
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(data, tf.data.Dataset)
+
+
+def _is_torch_loader(data):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(data, torch.utils.data.DataLoader)
+
+
+def _shard_tf_dataset(dataset, rank, world):
+    """The dataset with each batch cut to process `rank`'s part (keras.io's
+    timeseries example builds one with timeseries_dataset_from_array)."""
+    import tensorflow as tf
+
+    def part(*batch):
+        batch = batch[0] if len(batch) == 1 else batch
+        size = tf.shape(tf.nest.flatten(batch)[0])[0]
+        base, extra = size // world, size % world
+        start = rank * base + tf.minimum(rank, extra)
+        stop = start + base + tf.cast(rank < extra, size.dtype)
+        return tf.nest.map_structure(lambda value: value[start:stop], batch)
+
+    return dataset.map(part)
+
+
+def _shard_torch_loader(loader, rank, world):
+    """A DataLoader giving process `rank`'s part of each of `loader`'s
+    batches, epoch after epoch (keras.io's GAN on torch feeds one)."""
+    import torch
+
+    class Parts(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            for batch in loader:
+                yield part_of(batch, rank, world)
+
+        def __len__(self):
+            return len(loader)
+
+    return torch.utils.data.DataLoader(Parts(), batch_size=None)
+
+
 def shard_inputs(what, x, y, given, rank, world, even=False):
     """This process's shard of x, y and sample_weight; sets its batch size.
     `even`: the strategy needs every process's part of a batch to be the
     same size (checked before, for arrays)."""
-    if is_dataset(x):  # batches come from the dataset
-        return shard_py_dataset(x, rank, world, even), y, given
-    if is_generator(x):
-        return shard_batches(x, rank, world, even), y, given
+    batches = shard_batched(x, rank, world, even)
+    if batches is not None:  # batches come made
+        return batches, y, given
     batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
     weights = given.get("sample_weight")
     samples = batching.num_samples(x)

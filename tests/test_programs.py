@@ -267,6 +267,18 @@ def test_a_seeded_tf_data_shuffle_gives_one_device_batches(tmp_path):
     assert_same_training(plain, agnostic)
 
 
+@pytest.mark.skipif(ENGINE != "torch", reason="torch.utils.data is torch's pipeline; the "
+                    "torch environment runs this program")
+def test_a_torch_dataloader_gives_each_process_its_part_of_every_batch(tmp_path):
+    # fit (with a validation DataLoader), evaluate and predict from torch
+    # DataLoaders in batches of 33 (before: UnsupportedInputError).
+    plain, agnostic = run_both("torch_loader", tmp_path)
+    assert agnostic["devices_used"] == 2
+    assert_same_training(plain, agnostic)
+    assert_same_history(plain, agnostic)
+    np.testing.assert_allclose(agnostic["predictions"], plain["predictions"], atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["resnet_block", "multi_io", "sequence_model",
                                   "mixed_precision"])
 def test_ordinary_models_train_like_one_device(name, tmp_path):

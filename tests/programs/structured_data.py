@@ -7,10 +7,8 @@ TensorFlow: every layer inside the model, strings as tf tensors. JAX and
 torch, as keras.io's multi-backend examples do: the layers that only run on
 TensorFlow (StringLookup, IntegerLookup, Hashing) in the tf.data `.map`, the
 rest (Normalization, Discretization, CategoryEncoding, Embedding) inside.
-On torch the `.map` runs once before fit and the arrays are fed instead:
-agnostic's torch processes split arrays, and refuse a tf.data dataset
-(UnsupportedInputError, "Pass arrays ... or wrap your batches in a
-keras.utils.PyDataset")."""
+fit and evaluate read the tf.data dataset itself on every engine (torch's
+processes each take their part of its every batch)."""
 from harness import ENGINE, compile, finish  # noqa: I001
 
 import keras
@@ -56,10 +54,6 @@ dataset = tf.data.Dataset.from_tensor_slices((raw, target)).batch(32)
 if not inside:
     dataset = dataset.map(preprocess)
 data = dict(x=dataset)
-if ENGINE == "torch":
-    features, _ = preprocess({k: tf.constant(v) for k, v in raw.items()}, None)
-    features = {k: keras.ops.convert_to_numpy(v) for k, v in features.items()}
-    data = dict(x=features, y=target, batch_size=32)
 
 inputs = {
     "age": keras.Input(shape=(1,), name="age"),
@@ -87,8 +81,7 @@ model = compile(model, optimizer=keras.optimizers.SGD(0.1), loss="binary_crossen
                 metrics=["accuracy"])
 history = model.fit(**data, epochs=2, shuffle=False, verbose=0)
 evaluation = model.evaluate(**data, verbose=0)
-first = dataset.take(1) if ENGINE != "torch" else {k: v[:32] for k, v in features.items()}
-predictions = model.predict(first, verbose=0)
+predictions = model.predict(dataset.take(1), verbose=0)
 finish(model, history, evaluation, predictions=predictions,
        adapted_mean=keras.ops.convert_to_numpy(age_normalizer.mean).ravel(),
        bins=list(chol_bins.bin_boundaries), vocabulary=thal_lookup.get_vocabulary())

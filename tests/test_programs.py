@@ -362,6 +362,18 @@ def test_the_programs_own_metric_holds_one_devices_state_everywhere(tmp_path):
             np.testing.assert_allclose(held[key], plain[key], rtol=1e-6, err_msg=key)
 
 
+def test_a_layers_own_state_follows_its_declared_aggregation(tmp_path):
+    # A sample counter declared "sum" (before: TensorFlow summed each
+    # replica's `value + delta`, doubling the count each step, 33,554,400
+    # for 640 samples; torch kept process 0's 320) and a running mean
+    # declared "mean", updated in the layer's call.
+    plain, agnostic = run_both("layer_state", tmp_path)
+    assert plain["seen"] == 640
+    assert agnostic["seen"] == plain["seen"]
+    np.testing.assert_allclose(agnostic["running_mean"], plain["running_mean"], atol=1e-6)
+    assert_same_training(plain, agnostic)
+
+
 def test_the_per_replica_view_is_cheaper_and_differs_measurably(tmp_path):
     # global_view=False: each replica's loss over its own share; a loss with
     # reduction="sum" then trains at 1/N of the rate (measured, not asserted

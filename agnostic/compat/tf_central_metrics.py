@@ -1,11 +1,13 @@
-"""tf-central-storage: metric totals on variables stored once (Keras
-3.13-3.16 with TensorFlow's CentralStorageStrategy).
+"""Variables whose replicas' updates TensorFlow adds up: metric totals on
+variables stored once (tf-central-storage), and a layer's own state declared
+`aggregation="sum"` (every tf.distribute strategy), Keras 3.13-3.16.
 
-Keras adds to a metric's variable by assigning `value + delta`; stored once
-and updated from every device, each step would add the old total once per
-device. Each metric variable gets the engine's own in-place add instead
-(`variable.value`, the engine's variable, is the Keras variable's public
-handle on it); without it, an error names the Keras version.
+Keras adds to a variable by assigning `value + delta`; where the engine sums
+what every replica writes, each step would add the old total once per
+replica (a sample counter doubling each step). Each such variable gets the
+engine's own in-place add instead (`variable.value`, the engine's variable,
+is the Keras variable's public handle on it); without it, an error names the
+Keras version.
 """
 from agnostic.compat import versions
 from agnostic import methods
@@ -24,9 +26,23 @@ def update_in_place(model):
     given the engine's own in-place add, and in a step an `assign` adds its
     difference from the stored value.
     """
+    added_in_place(model, lambda: model.metrics_variables)
+
+
+def summed_state_in_place(model):
+    """A layer's own variables declared `aggregation="sum"` (a counter
+    updated in its call) add each replica's part once."""
+    added_in_place(model, lambda: [variable for variable in model.non_trainable_variables
+                                   if variable.aggregation == "sum"])
+
+
+def added_in_place(model, variables):
+    """Each of `variables()` adds in place (see above), given before the
+    model's step functions are made (the variables exist then: Keras builds
+    the model and its metrics from a first batch)."""
     def before(original):
         def run(*args, **kwargs):
-            for variable in model.metrics_variables:
+            for variable in variables():
                 if "assign_add" not in vars(variable):
                     variable.assign_add = _in_place(variable, "assign_add")
                     variable.assign_sub = _in_place(variable, "assign_sub")

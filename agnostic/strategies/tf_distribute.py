@@ -4,7 +4,8 @@ trains under the strategy itself."""
 import contextlib
 
 from agnostic import batch_norm, errors, global_batch, in_place, methods
-from agnostic.compat import keras_variables, step_logs, tf_first_batch, tf_gradients, tf_on_batch
+from agnostic.compat import (keras_variables, step_logs, tf_central_metrics, tf_first_batch,
+                             tf_gradients, tf_on_batch)
 from agnostic.strategies import tf_batch_view
 
 
@@ -25,6 +26,7 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     tf_gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),
                                        global_view)
     step_logs.metrics_in_place(model, summed=not global_view)
+    tf_central_metrics.summed_state_in_place(model)
     if global_view:
         global_batch.see_the_global_batch(model, tf_batch_view.view)
         for name in global_batch.STEPS:

@@ -77,6 +77,7 @@ class TorchDDPStrategy(base.Strategy):
                 _aggregate_metrics(model)
             _global_step_logs(model)
         torch_gradients.empty_shares(model)
+        _combined_layer_state(model, group.world_size)
         if global_view:
             global_batch.see_the_global_batch(model, torch_batch_view.maker(group.world_size))
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
@@ -151,6 +152,42 @@ def _average_moving_statistics(model, world_size):
             logs = train_step(*args, **kwargs)
             with torch.no_grad():
                 torch_reduce.all_reduce_mean(statistics, world_size)
+            return logs
+
+        return run
+
+    methods.wrap_method(model, "train_step", step)
+
+
+def _combined_layer_state(model, world_size):
+    """A layer's own state updated in its call, from each process's rows:
+    after each training step it is combined across processes as its
+    declared `aggregation` says ("sum": every process's change added once;
+    "mean": the processes' values averaged; "only_first_replica": rank 0's),
+    so every process (and the saved model) holds what one device would for
+    sums, and for means of equal shares. Batch normalization's statistics are
+    kept by torch_batch_norm / _average_moving_statistics."""
+    import torch
+
+    statistics = {id(v) for v in batch_norm.moving_statistics(model)}
+
+    def declared(kind):
+        return [v for v in model.non_trainable_variables
+                if v.aggregation == kind and id(v) not in statistics]
+
+    def step(train_step):
+        def run(*args, **kwargs):
+            summed = [v.value for v in declared("sum")]
+            with torch.no_grad():
+                before = [value.detach().clone() for value in summed]
+            logs = train_step(*args, **kwargs)
+            with torch.no_grad():
+                changes = [value - old for value, old in zip(summed, before)]
+                torch_reduce.all_reduce_sum(changes)
+                for value, old, change in zip(summed, before, changes):
+                    value.copy_(old + change)
+                torch_reduce.all_reduce_mean([v.value for v in declared("mean")], world_size)
+                torch_reduce.broadcast([v.value for v in declared("only_first_replica")])
             return logs
 
         return run

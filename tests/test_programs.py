@@ -374,6 +374,16 @@ def test_a_layers_own_state_follows_its_declared_aggregation(tmp_path):
     assert_same_training(plain, agnostic)
 
 
+def test_two_models_sharing_an_encoder_frozen_between_them(tmp_path):
+    # The first model evaluated again after the second froze the shared
+    # encoder: on JAX, Keras's DataParallel failed there ("pjit
+    # out_shardings ... length 0 ... length 2"), with or without agnostic.
+    plain, agnostic = run_both("shared_encoder", tmp_path)
+    assert_same_training(plain, agnostic)
+    for key in ("before", "after"):
+        assert agnostic[key] == pytest.approx(plain[key], rel=1e-5), key
+
+
 def test_the_per_replica_view_is_cheaper_and_differs_measurably(tmp_path):
     # global_view=False: each replica's loss over its own share; a loss with
     # reduction="sum" then trains at 1/N of the rate (measured, not asserted

@@ -27,6 +27,7 @@ class JaxDataParallelStrategy(base.Strategy):
             devices=list(plan.devices), auto_shard_dataset=plan.num_processes == 1
         )
         in_place.compile_in(model, distribution.scope(), call)
+        _made_again_when_frozen(model)
         # Keras shards each batch by the distribution active at call time, so
         # each call runs under this model's own one (several may coexist).
         if plan.num_processes == 1:  # batches of any size (compat.jax_uneven_batches)
@@ -39,6 +40,37 @@ class JaxDataParallelStrategy(base.Strategy):
                       processes=processes, predict_scope=lambda: _locally(model))
         _save_outside_the_mesh(model)
         return model
+
+
+def _made_again_when_frozen(model):
+    """Keras makes a model's train, test and predict functions once, their
+    outputs' layouts (out_shardings) fixed for the trainable and
+    non-trainable variables of that time. A layer frozen or unfrozen later
+    (an encoder shared with a second model, frozen to fine-tune it) changes
+    how many there are of each, and the next call failed in JAX ("pjit
+    out_shardings has a subtree ... of length 0, but the full pytree ...
+    of length 2"); Keras's own DataParallel fails the same way. Each
+    function is made again when the variables it was made for changed."""
+    made_for = {}
+
+    def partition():
+        return ([id(v) for v in model.trainable_variables],
+                [id(v) for v in model.non_trainable_variables])
+
+    def wrapper(name):
+        def wrap(make):
+            def run(force=False):
+                now = partition()
+                force = force or made_for.get(name, now) != now
+                made_for[name] = now
+                return make(force=force)
+
+            return run
+
+        return wrap
+
+    for name in ("make_train_function", "make_test_function", "make_predict_function"):
+        methods.wrap_method(model, name, wrapper(name))
 
 
 def _users_distribution(plan):

@@ -1,11 +1,14 @@
 """Mixed precision (float16 compute, float32 variables, loss scaling) with a
-custom loss function and a custom metric function."""
+custom loss function and a custom metric function. PROGRAM_POLICY=
+mixed_bfloat16: bfloat16 compute (no loss scaling)."""
 from harness import compile, digits, finish  # noqa: I001
+
+import os
 
 import keras
 from keras import ops
 
-keras.mixed_precision.set_global_policy("mixed_float16")
+keras.mixed_precision.set_global_policy(os.environ.get("PROGRAM_POLICY", "mixed_float16"))
 keras.utils.set_random_seed(12)
 x, y = digits()
 

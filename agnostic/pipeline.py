@@ -31,7 +31,7 @@ own data, every process predicts everything: no split to check); `train_on_batch
 followed by a barrier across processes; `load_weights` names a broken file.
 """
 from agnostic import backup, batching, checkpoints, collectives, methods, preemption
-from agnostic import sharding
+from agnostic import layer_state, sharding
 from agnostic.compat import jax_on_batch, keras_fit
 from agnostic.launch import local
 
@@ -52,12 +52,14 @@ ONE_PROCESS = Processes(0, 1, None, None, shards=False)
 
 
 def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
-         even_shares=True):
+         even_shares=True, per_replica_calls=False):
     """Wraps `model` (the program's, which backend_agnostic_compile returns)
     as above; `replicas` the number of devices over all processes, `scope` a
     factory of the engine's scope (`predict_scope`: predict's, if another);
     `even_shares=False`: the engine weights shares of any size itself, so
-    no batch is checked."""
+    no batch is checked; `per_replica_calls`: each replica runs the layers'
+    calls on its own share (TensorFlow, torch), so fit checks the layers'
+    own state (layer_state)."""
     checked = replicas if even_shares else 1
     enter = scope or _no_scope
     enter_predict = predict_scope or enter
@@ -82,6 +84,9 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
             watch = preemption.Watch(processes.world, processes.is_chief, local.forward,
                                      barrier=processes.barrier)
             given["callbacks"] = watch.callbacks(given.get("callbacks"))
+            if per_replica_calls:
+                given["callbacks"].append(
+                    layer_state.callback(model, replicas, processes.is_chief))
             with enter(), watch:
                 return original(**given)
 

@@ -272,7 +272,13 @@ def test_a_seeded_tf_data_shuffle_gives_one_device_batches(tmp_path):
 def test_a_torch_dataloader_gives_each_process_its_part_of_every_batch(tmp_path):
     # fit (with a validation DataLoader), evaluate and predict from torch
     # DataLoaders in batches of 33 (before: UnsupportedInputError).
-    plain, agnostic = run_both("torch_loader", tmp_path)
+    assert_two_devices_train_like_one("torch_loader", tmp_path)
+
+
+def assert_two_devices_train_like_one(name, folder):
+    """A program's run on 2 devices against its plain run: weights, history
+    and predictions."""
+    plain, agnostic = run_both(name, folder)
     assert agnostic["devices_used"] == 2
     assert_same_training(plain, agnostic)
     assert_same_history(plain, agnostic)
@@ -377,11 +383,24 @@ def test_a_layers_own_state_follows_its_declared_aggregation(tmp_path):
     # replica's `value + delta`, doubling the count each step, 33,554,400
     # for 640 samples; torch kept process 0's 320) and a running mean
     # declared "mean", updated in the layer's call.
+    # The largest value seen, declared nothing, is one replica's on
+    # TensorFlow and torch (each computes it from its own share): one
+    # warning names it and the fix; JAX's one program sees every row.
     plain, agnostic = run_both("layer_state", tmp_path)
     assert plain["seen"] == 640
     assert agnostic["seen"] == plain["seen"]
     np.testing.assert_allclose(agnostic["running_mean"], plain["running_mean"], atol=1e-6)
+    for run in (plain, agnostic):  # the peak is compared below
+        run["weights"] = [w for w in run["weights"] if not np.array_equal(w, run["peak"])]
     assert_same_training(plain, agnostic)
+    assert plain["warned"] == []
+    if ENGINE == "jax":
+        assert agnostic["warned"] == []
+        np.testing.assert_allclose(agnostic["peak"], plain["peak"], atol=1e-6)
+    else:
+        [warned] = agnostic["warned"]
+        assert "counting/peak'" in warned and "2 replicas" in warned and 'aggregation="sum"' in warned
+        assert "seen" not in warned and "running_mean" not in warned
 
 
 def test_two_models_sharing_an_encoder_frozen_between_them(tmp_path):

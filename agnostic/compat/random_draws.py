@@ -118,10 +118,18 @@ def _replacements():
 _PATCHES = scoped.Patches(_replacements)
 
 
+def generator_states(layers):
+    """The state variables of the SeedGenerators the `layers` hold (a
+    layer's private `_seed_generators`): they advance alike on every replica
+    (agnostic/layer_state.py leaves them out)."""
+    return [generator.state for layer in layers
+            for generator in getattr(layer, "_seed_generators", ())]
+
+
 def probe(keras):
     """The engine's random module has the draws, taking a shape and a
     `seed`, and `dropout(inputs, rate, noise_shape, seed)`; draw_seed takes
-    a SeedGenerator by its `next`."""
+    a SeedGenerator by its `next`; a layer lists its SeedGenerators."""
     import inspect
 
     from keras.src import backend
@@ -135,3 +143,6 @@ def probe(keras):
                     "keras.src.backend.random.dropout(inputs, rate, noise_shape, seed)")
     versions.expect("seed.next()" in inspect.getsource(seed_generator.draw_seed),
                     "keras.src.random.seed_generator.draw_seed calling SeedGenerator.next()")
+    dropout = keras.layers.Dropout(0.5, seed=1)
+    versions.expect(generator_states([dropout]) == [dropout.seed_generator.state],
+                    "Layer._seed_generators holding a layer's SeedGenerators")

@@ -12,12 +12,12 @@ import dataclasses
 from typing import Callable, Tuple
 
 from agnostic import errors
-from agnostic.compat import (fit_resume, jax_joined, jax_on_batch, jax_uneven_batches,
-                             keras_fit, keras_nodes, keras_variables, layer_losses,
+from agnostic.compat import (batch_norm_moments, fit_resume, jax_joined, jax_on_batch,
+                             jax_uneven_batches, keras_fit, keras_nodes, keras_variables, layer_losses,
                              mxnet_kvstore, random_draws,
                              shuffle_order, step_logs, tf_central_metrics, tf_collective_keys,
                              tf_collective_server, tf_first_batch, tf_gradients,
-                             tf_on_batch, tf_worker_logs, torch_batch_norm,
+                             tf_on_batch, tf_worker_logs,
                              torch_empty_share, torch_keras_ddp, versions)
 
 # (first, last) of the versions tested, kept in one place (versions.py).
@@ -62,8 +62,8 @@ ENTRIES = (
           layer_losses.probe),
     Entry("random_draws", "A layer's draws for its rows are one device's, in a step over "
           "the global batch.", ("tensorflow", "torch"), KERAS_3, random_draws.probe),
-    Entry("torch_batch_norm", "BatchNormalization's moments over every process's samples "
-          "on torch.", ("torch",), KERAS_3, torch_batch_norm.probe),
+    Entry("batch_norm_moments", "BatchNormalization's moments over the global batch, with "
+          "one device's formula.", ("tensorflow", "torch"), KERAS_3, batch_norm_moments.probe),
     Entry("torch_empty_share", "A Keras loss over no rows is 0 where a process's share of "
           "the batch is empty.", ("torch",), KERAS_3, torch_empty_share.probe),
     Entry("torch_keras_ddp", "The forward pass runs through DistributedDataParallel where "

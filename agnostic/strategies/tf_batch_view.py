@@ -37,7 +37,31 @@ class View:
         if not value.device and len(local) == 1:
             with tf.device(local[0]):
                 value = tf.identity(value)
-        return self.context.all_gather(value, axis=0)
+        if value.dtype == tf.string:
+            return self._all_gather_strings(value)
+        gathered = self.context.all_gather(value, axis=0)
+        gathered.set_shape([None] + value.shape[1:])  # workers' collectives lose it
+        return gathered
+
+    def _all_gather_strings(self, value):
+        """Strings (a text model's raw inputs), which collectives do not
+        carry: sent as their bytes (int32, padded to the longest string of
+        any replica) and their lengths, joined again on arrival."""
+        import tensorflow as tf
+
+        flat = tf.reshape(value, [-1])
+        lengths = tf.strings.length(flat)
+        longest = tf.reduce_max(self.context.all_gather(
+            tf.reshape(tf.reduce_max(tf.concat([lengths, [1]], 0)), [1]), axis=0))
+        codes = tf.cast(tf.io.decode_raw(flat, tf.uint8, fixed_length=longest), tf.int32)
+        codes = self.context.all_gather(tf.reshape(codes, [-1, longest]), axis=0)
+        lengths = self.context.all_gather(lengths, axis=0)
+        characters = tf.gather(tf.constant([bytes([b]) for b in range(256)]), codes)
+        kept = tf.sequence_mask(lengths, longest)
+        joined = tf.strings.reduce_join(tf.where(kept, characters, ""), axis=1)
+        joined = tf.reshape(joined, tf.concat([[-1], tf.shape(value)[1:]], 0))
+        joined.set_shape([None] + value.shape[1:])
+        return joined
 
     def is_tensor(self, value):
         import tensorflow as tf

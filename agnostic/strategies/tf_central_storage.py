@@ -40,5 +40,5 @@ class TFCentralStorageStrategy(base.Strategy):
         tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
                                 self.global_view)
         tf_central_metrics.update_in_place(model)
-        pipeline.wrap(model, self.plan.num_replicas, even_shares=False)
+        pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True)
         return model

@@ -15,7 +15,7 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     batch (`sync_batch_norm`), its steps fixed where Keras needs help, and
     (`global_view`) run over the global batch on every replica."""
     keras_variables.train_under(model, strategy)
-    batch_norm.synchronize(model, sync_batch_norm)
+    batch_norm.synchronize(model, "tensorflow", sync_batch_norm)
     metrics_scope = tf_batch_view.first_replicas_metrics if global_view \
         else contextlib.nullcontext
     in_place.compile_in(model, _within(scope(), metrics_scope()), call,

@@ -42,5 +42,5 @@ class TFMirroredStrategy(base.Strategy):
                 return tf_distribute.central_scope(strategy)
         tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
                                 self.global_view)
-        pipeline.wrap(model, self.plan.num_replicas, even_shares=False)
+        pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True)
         return model

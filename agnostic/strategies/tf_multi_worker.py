@@ -51,7 +51,8 @@ def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=Tru
     processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                    barrier=lambda: _barrier(workers),
                                    share=collectives.tf_workers_share(workers), shards=False)
-    pipeline.wrap(model, plan.num_replicas, processes=processes, even_shares=False)
+    pipeline.wrap(model, plan.num_replicas, processes=processes, even_shares=False,
+                  per_replica_calls=True)
     return model
 
 

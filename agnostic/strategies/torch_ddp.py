@@ -17,7 +17,7 @@ import sys
 from agnostic import _startup, batch_norm, batching, collectives, devices, errors
 from agnostic import global_batch, in_place, methods, pipeline
 from agnostic.cluster import torch_join
-from agnostic.compat import step_logs, torch_batch_norm, torch_keras_ddp
+from agnostic.compat import step_logs, torch_keras_ddp
 from agnostic.launch import local, processes
 from agnostic.strategies import base, torch_batch_view, torch_gradients, torch_reduce
 
@@ -60,8 +60,7 @@ class TorchDDPStrategy(base.Strategy):
             local.report_failures(group.rank)
         model = self.replica(model, call, group.rank)
         torch_reduce.broadcast([v.value for v in model.variables])
-        if not torch_batch_norm.synchronize(batch_norm.layers(model),
-                                             self.sync_batch_norm):
+        if not batch_norm.synchronize(model, "torch", self.sync_batch_norm):
             _average_moving_statistics(model, group.world_size)
         by_keras = torch_keras_ddp.keras_averages_gradients(model)
         if by_keras:
@@ -82,7 +81,8 @@ class TorchDDPStrategy(base.Strategy):
             global_batch.see_the_global_batch(model, torch_batch_view.maker(group.world_size))
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
                                        share=collectives.torch_share)
-        pipeline.wrap(model, group.world_size, processes=processes, even_shares=False)
+        pipeline.wrap(model, group.world_size, processes=processes, even_shares=False,
+                      per_replica_calls=True)
         return model
 
 
@@ -166,7 +166,7 @@ def _combined_layer_state(model, world_size):
     "mean": the processes' values averaged; "only_first_replica": rank 0's),
     so every process (and the saved model) holds what one device would for
     sums, and for means of equal shares. Batch normalization's statistics are
-    kept by torch_batch_norm / _average_moving_statistics."""
+    kept by batch_norm.synchronize / _average_moving_statistics."""
     import torch
 
     statistics = {id(v) for v in batch_norm.moving_statistics(model)}

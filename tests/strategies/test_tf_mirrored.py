@@ -273,6 +273,49 @@ def test_batch_normalization_in_a_nested_model_uses_the_global_batch():
     assert model.layers[1].layers[1].get_config()["synchronized"] is False
 
 
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_batch_statistics_are_one_devices_two_passes_where_one_pass_loses_them(replicas):
+    # Inputs around 1000 with a spread of 0.05 (a raw measurement normalised
+    # by the model's first layer): one device's tf.nn.moments takes two
+    # passes, mean then squared deviations; Keras's synchronized=True takes
+    # one, E[x²] - E[x]², and float32 keeps nothing of a variance of 0.0025
+    # next to 1e6 (its moving variance came out 0.0039 to 0.062 for 0.0063).
+    rng = np.random.default_rng(0)
+    x = (1000 + 0.05 * rng.standard_normal((256, 8))).astype("float32")
+    y = rng.standard_normal((256, 1)).astype("float32")
+
+    def trained(compile, synchronized=False):
+        models.seed(keras, 1)
+        model = keras.Sequential([
+            keras.Input((8,)),
+            keras.layers.BatchNormalization(momentum=0.5, synchronized=synchronized),
+            keras.layers.Dense(1)])
+        compile(model, optimizer=keras.optimizers.SGD(0.01), loss="mse")
+        model.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
+        return model
+
+    reference = trained(keras.Model.compile)
+    model = trained(lambda model, **kw: agnostic.backend_agnostic_compile(
+        model, gpus=replicas, **kw))
+    expected = reference.get_weights()
+    assert models.relative_difference(expected, model.get_weights()) < 1e-5
+    np.testing.assert_allclose(np.asarray(model.layers[0].moving_variance),
+                               np.asarray(reference.layers[0].moving_variance), rtol=1e-4)
+    # The one-pass formula, on one device already, is what the test tells apart.
+    one_pass = trained(keras.Model.compile, synchronized=True)
+    assert models.relative_difference(expected, one_pass.get_weights()) > 1e-5
+    assert not np.allclose(np.asarray(one_pass.layers[0].moving_variance),
+                           np.asarray(reference.layers[0].moving_variance), rtol=1e-2)
+
+
+def test_a_model_taking_raw_strings_trains_like_one_device(tmp_path):
+    # keras.io's end-to-end text classifier: strings gathered to every
+    # replica as their bytes, then each replica vectorizes its part.
+    from tests.test_programs import assert_two_devices_train_like_one
+
+    assert_two_devices_train_like_one("raw_text", tmp_path)
+
+
 def test_an_optimizer_built_and_excluding_weights_from_decay_trains_as_on_one_device():
     # The optimizer keys variables by their engine variables, which
     # agnostic makes again: its exclusions and, compiled again with the same

@@ -69,6 +69,7 @@ def _callback_class():
                 shutil.rmtree(folder, ignore_errors=True)
 
         def _restore(self, state, weights):
+            _check_fits(state, self.params or {}, self.backup_dir, self.model)
             # Every process builds, as every one loads: a variable made under
             # a TensorFlow workers' strategy is made by all of them together.
             optimizer = getattr(self.model, "optimizer", None)
@@ -110,13 +111,22 @@ def _callback_class():
                 # Writes nothing here; waits with the others for the chief.
                 self.model.save_weights(os.path.join(self.backup_dir, name), overwrite=True)
                 return
-            os.makedirs(self.backup_dir, exist_ok=True)
+            if not os.path.isdir(self.backup_dir):  # its user's alone (security.md)
+                os.makedirs(self.backup_dir, mode=0o700, exist_ok=True)
+            # The backup before stays until this one is on disk, verified,
+            # and named by the pointer; then it is the fallback (restore.py).
+            previous = restore.last_good(self.backup_dir)
             self.model.save_weights(os.path.join(self.backup_dir, name), overwrite=True)
-            state = {"epoch": epoch, "batch": batch, "weights": name}
+            state = restore.entry(epoch, batch, self.backup_dir, name, self.model)
+            if previous is not None and previous["weights"] != name:
+                state["previous"] = previous
             pointer = os.path.join(self.backup_dir, POINTER)
             checkpoints.replace_atomically(pointer, lambda path: _write_json(path, state))
+            for path in (pointer, os.path.join(self.backup_dir, name)):
+                os.chmod(path, 0o600)
+            kept = {name, state.get("previous", {}).get("weights")}
             for old in glob.glob(os.path.join(self.backup_dir, "backup-*.weights.h5")):
-                if os.path.basename(old) != name:
+                if os.path.basename(old) not in kept:
                     os.remove(old)
 
         def on_train_end(self, logs=None):
@@ -127,6 +137,38 @@ def _callback_class():
                     shutil.rmtree(self.backup_dir, ignore_errors=True)
 
     return AtomicBackupAndRestore
+
+
+def _check_fits(state, params, folder, model):
+    """A CheckpointError, before any weight is loaded, where the backup in
+    `folder` cannot be this fit's: its epoch or step beyond the fit's
+    `params`, or its variables not `model`'s."""
+    epochs, steps = params.get("epochs"), params.get("steps")
+    where = f"The backup in {os.path.abspath(folder)} ({POINTER})"
+    if epochs is not None and state["epoch"] > epochs:
+        raise errors.CheckpointError(
+            f"{where} is at epoch {state['epoch']}, but this fit trains {epochs} epochs. "
+            "Pass the epochs of the run that wrote it, or remove the folder to start again.")
+    if steps and (state["batch"] >= steps or state["epoch"] == epochs and state["batch"]):
+        raise errors.CheckpointError(
+            f"{where} is at step {state['batch']} of epoch {state['epoch']}, but an epoch of "
+            f"this fit has {steps} steps. Pass the data of the run that wrote it, or remove "
+            "the folder to start again.")
+    written = state["variables"]
+    if not model.weights:
+        return  # built by load_weights, which names what differs
+    own = restore.variables(model)
+    for number, (mine, theirs) in enumerate(zip(own, written)):
+        if mine[1] != theirs[1]:
+            raise errors.CheckpointError(
+                f"{where} is of another model: its variable {number}, {theirs[0]}, has shape "
+                f"{tuple(theirs[1])} where this model's {mine[0]} has {tuple(mine[1])}. "
+                "Use another backup folder for this model, or remove that one.")
+    if len(own) != len(written):
+        raise errors.CheckpointError(
+            f"{where} is of another model: it holds {len(written)} variables where this "
+            f"model has {len(own)}. Use another backup folder for this model, or remove "
+            "that one.")
 
 
 def _write_json(path, state):

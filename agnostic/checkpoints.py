@@ -128,7 +128,9 @@ def replace_atomically(path, write):
             os.remove(temporary)
         except OSError:
             pass
-        if isinstance(error, OSError) and not isinstance(error, errors.CheckpointError):
+        # h5py reports a failed flush (a full disk) as a RuntimeError.
+        if isinstance(error, (OSError, RuntimeError)) \
+                and not isinstance(error, errors.CheckpointError):
             raise errors.CheckpointError(
                 f"Could not write {path}: {error}. The previous {path}, if any, is "
                 "unchanged. Free space on its disk (or fix the cause) and save again."
@@ -139,7 +141,8 @@ def replace_atomically(path, write):
 
 
 def atomic(save):
-    """Wraps a model's `save` or `save_weights` to write atomically."""
+    """Wraps a model's `save` or `save_weights` to write atomically; an HDF5
+    file is sealed (`seal`) before it takes its name."""
 
     @functools.wraps(save)
     def run(filepath, *args, **kwargs):
@@ -147,9 +150,57 @@ def atomic(save):
         if (not _is_local(filepath) or kwargs.get("max_shard_size")
                 or (not overwrite and os.path.exists(filepath))):
             return save(filepath, *args, **kwargs)  # Keras's own handling
-        return replace_atomically(filepath, lambda temporary: save(temporary, *args, **kwargs))
+
+        def write(temporary):
+            result = save(temporary, *args, **kwargs)
+            if os.fspath(filepath).endswith(".h5"):
+                seal(temporary)
+            return result
+
+        return replace_atomically(filepath, write)
 
     return run
+
+
+# An HDF5 file's own record of its data, which check_file verifies: its
+# structure alone (what h5py reads) holds no checksum of the numbers.
+SEAL = "agnostic_sha256"
+
+
+def seal(path):
+    """Records in the HDF5 file at `path` the SHA-256 of its datasets."""
+    import h5py
+
+    with h5py.File(path, "r+") as handle:
+        handle.attrs[SEAL] = _data_digest(handle)
+
+
+def _data_digest(handle):
+    """The SHA-256 of every dataset's name and bytes, in the file's order."""
+    import h5py
+    import numpy
+
+    hashed = hashlib.sha256()
+
+    def visit(name, item):
+        if isinstance(item, h5py.Dataset):
+            data = numpy.asarray(item[()])
+            hashed.update(name.encode())
+            hashed.update(repr(data.tolist()).encode() if data.dtype.kind == "O"
+                          else data.tobytes())
+
+    handle.visititems(visit)
+    return hashed.hexdigest()
+
+
+def digest(path):
+    """{"sha256": hex, "size": bytes} of the file at `path`, read from disk."""
+    hashed, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            hashed.update(chunk)
+            size += len(chunk)
+    return {"sha256": hashed.hexdigest(), "size": size}
 
 
 def check_file(path):
@@ -168,6 +219,12 @@ def check_file(path):
 
             with h5py.File(path, "r") as handle:
                 list(handle.keys())
+                sealed = handle.attrs.get(SEAL)
+                if isinstance(sealed, bytes):
+                    sealed = sealed.decode()
+                if sealed is not None and _data_digest(handle) != sealed:
+                    raise ValueError("its data are not the data written: their SHA-256 "
+                                     "differs from the one agnostic sealed in it")
         elif path.endswith(".json"):
             with open(path) as handle:
                 json.load(handle)

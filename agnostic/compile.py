@@ -116,6 +116,12 @@ def _check_keywords(model, kwargs):
 
 
 def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_view):
+    if isinstance(model, type):
+        raise TypeError(
+            "backend_agnostic_compile expects a Keras model object, not a class. Received: "
+            f"model={model.__module__}.{model.__qualname__} (the class itself). Make the "
+            f"model first, e.g. model = {model.__qualname__}(...), then pass model."
+        )
     missing = [name for name in ("compile", "fit", "get_weights") if not hasattr(model, name)]
     if missing:
         raise TypeError(

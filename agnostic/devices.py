@@ -44,9 +44,30 @@ def requested_cpu_devices(environ=None, warn=False):
             f"1 or more, such as {CPU_DEVICES_VARIABLE}=4. Received: "
             f"{CPU_DEVICES_VARIABLE}={raw!r}"
         )
+    limit = cpu_devices_limit()
+    if value > limit:
+        raise errors.DeviceRequestError(
+            f"{CPU_DEVICES_VARIABLE}={raw} asks for more simulated CPU devices than this "
+            f"machine can run: at most {limit} ({LIMIT_PER_CORE} per core on {cores()} "
+            "core(s), and never fewer than "
+            f"{LIMIT_FLOOR}). Each is a thread of the engine (TensorFlow, JAX) or a whole "
+            f"process (torch). Ask for fewer, such as {CPU_DEVICES_VARIABLE}="
+            f"{min(limit, 2 * cores())}."
+        )
     if warn:
         _warn_past_cores(value)
     return value
+
+
+# Simulated devices beyond these are refused: a typo (100000) would start
+# that many torch processes, and JAX did not return from planning them.
+LIMIT_PER_CORE = 16
+LIMIT_FLOOR = 64
+
+
+def cpu_devices_limit():
+    """The most simulated CPU devices AGNOSTIC_CPU_DEVICES may ask for here."""
+    return max(LIMIT_FLOOR, LIMIT_PER_CORE * cores())
 
 
 _WARNED = set()

@@ -150,6 +150,7 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
         EngineUnavailableError: Keras or its engine is not installed.
         LaunchError: a scheduler's variables are wrong.
     """
+    gpus = whole_numbers(gpus)
     check_gpus_type(gpus)
     # A bad value of a variable agnostic reads: its error, before anything.
     devices_lib.requested_cpu_devices(warn=True)
@@ -161,6 +162,23 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
         placed = placement.requested(model)
     return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placed)
+
+
+def whole_numbers(gpus):
+    """`gpus` with NumPy's (and any other library's) whole numbers as ints:
+    gpus=np.int64(2), or ids from an array, mean what 2 and [0, 1] mean."""
+    import operator
+
+    def whole(value):
+        if isinstance(value, (bool, int)) or not hasattr(type(value), "__index__"):
+            return value
+        if type(value).__name__.startswith("bool"):  # NumPy's bool_: refused below
+            return value
+        return operator.index(value)
+
+    if isinstance(gpus, (list, tuple)):
+        return type(gpus)(whole(value) for value in gpus)
+    return whole(gpus)
 
 
 def check_gpus_type(gpus):

@@ -1,4 +1,5 @@
-"""Which backup a job resumes from, when its machines have disks of their own.
+"""Which backup a job resumes from, when its machines have disks of their own,
+and whether what is read back is what was written.
 
 Every process reads its own BackupAndRestore folder (the same path names a
 different disk on each machine); they gather what each holds (epoch, step,
@@ -8,12 +9,26 @@ the chief's backup wins, then the lowest rank's. A backup that cannot be read
 where it is the newest stops every process with an error naming its host and
 folder: a job never silently starts again from scratch, nor from an older
 backup, while a newer one exists somewhere.
+
+Nothing read back is trusted. The pointer is data, not a path: its entries
+(the newest backup and the one before it) name a file of this folder by its
+bare name, with whole numbers for epoch, step and size, and each records
+the SHA-256 of the weights file as written and the model's variables (paths
+and shapes). A hostile or garbled pointer stops the job, naming the folder
+and the field. A weights file whose size or SHA-256 is not the one recorded
+(a flipped bit, a truncation) is skipped with a warning naming it, and the
+backup before it is used; where none verifies, the job stops naming the
+folder. Bytes received from another process are checked against the
+digest too.
 """
 import collections
+import hashlib
 import json
 import logging
 import os
+import re
 import socket
+import warnings
 
 from agnostic import checkpoints, errors
 
@@ -28,30 +43,106 @@ Found = collections.namedtuple("Found", "state path data own others_hold")
 NOTHING = Found(None, None, None, None, False)
 
 
+# A backup's weights file, by its bare name: backup-EPOCH-STEP.weights.h5.
+WEIGHTS_NAME = re.compile(r"backup-[0-9]{6,}-[0-9]{6,}\.weights\.h5\Z")
+SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def entry(epoch, batch, folder, name, model):
+    """The pointer's entry for the weights file `name` just written in
+    `folder`: its progress, digest (read back from disk) and `model`'s
+    variables."""
+    return {"epoch": epoch, "batch": batch, "weights": name,
+            **checkpoints.digest(os.path.join(folder, name)), "variables": variables(model)}
+
+
+def variables(model):
+    """[[path, shape], ...] of `model`'s variables, in its order."""
+    return [[getattr(v, "path", v.name), [int(size) for size in v.shape]]
+            for v in model.weights]
+
+
+def problem(one):
+    """What is wrong with a pointer's entry (its field and why), or None."""
+    if not isinstance(one, dict):
+        return f"an entry is {type(one).__name__}, not an object"
+    name = one.get("weights")
+    if not isinstance(name, str) or not WEIGHTS_NAME.match(name):
+        return (f"field 'weights' is {name!r}, not the bare name of a backup file in this "
+                "folder (backup-EPOCH-STEP.weights.h5)")
+    for field in ("epoch", "batch", "sha256", "size"):
+        value = one.get(field)
+        if field == "sha256":
+            if not isinstance(value, str) or not SHA256.match(value):
+                return (f"field 'sha256' is {value!r}, not a SHA-256 (a backup written by an "
+                        "agnostic older than its verification has none)")
+        elif type(value) is not int or value < 0:
+            return f"field {field!r} is {value!r}, not a whole number of 0 or more"
+    listed = one.get("variables")
+    if not isinstance(listed, list) or not all(
+            isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
+            and isinstance(v[1], list) and all(type(n) is int for n in v[1]) for v in listed):
+        return "field 'variables' is not a list of [path, shape]"
+    return None
+
+
+def verify(folder, one):
+    """None where `one`'s weights file is on disk as it was written, else why not."""
+    path = os.path.join(folder, one["weights"])
+    try:
+        found = checkpoints.digest(path)
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    if found["size"] != one["size"]:
+        return f"{path} holds {found['size']} bytes where {one['size']} were written"
+    if found["sha256"] != one["sha256"]:
+        return f"{path} is not the file written: its SHA-256 differs from the one recorded"
+    return None
+
+
 def look(backup_dir):
-    """What `backup_dir` holds here: host, folder, state (None: no backup)
-    and error (None: its weights file is complete)."""
+    """What `backup_dir` holds here: host, folder, state (the newest entry
+    that verifies; None: no backup), error (None: its weights file is
+    verified) and skipped (entries that failed verification, why)."""
     held = {"host": socket.gethostname(), "folder": os.path.abspath(backup_dir),
-            "state": None, "error": None}
+            "state": None, "error": None, "skipped": []}
     pointer = os.path.join(backup_dir, POINTER)
     if not os.path.exists(pointer):
         return held
     try:
         checkpoints.check_file(pointer)
         with open(pointer) as handle:
-            state = json.load(handle)
-        weights = state["weights"]
-        int(state["epoch"]), int(state.get("batch", 0))  # numbers, or an error here
-    except (OSError, KeyError, TypeError, ValueError, AttributeError) as error:
+            newest = json.load(handle)
+    except (OSError, ValueError) as error:
         # Told to every process, never raised here alone: the others would wait.
         held["error"] = f"{type(error).__name__}: {error}"
         return held
-    held["state"] = state
-    try:
-        checkpoints.check_file(os.path.join(backup_dir, weights))
-    except (OSError, ValueError) as error:
-        held["error"] = f"{type(error).__name__}: {error}"
+    entries = [newest]
+    if isinstance(newest, dict) and newest.get("previous") is not None:
+        entries.append(newest["previous"])
+    for one in entries:
+        wrong = problem(one)
+        if wrong:
+            held["error"] = f"{POINTER} cannot be trusted: {wrong}"
+            return held
+    for one in entries:
+        state = {key: value for key, value in one.items() if key != "previous"}
+        why = verify(backup_dir, one)
+        if why is None:
+            held["state"] = state
+            return held
+        held["skipped"].append(f"the backup at epoch {one['epoch']}, step {one['batch']} "
+                               f"({why})")
+    held["state"] = {key: value for key, value in newest.items() if key != "previous"}
+    held["error"] = "; ".join(held.pop("skipped"))
+    held["skipped"] = []
     return held
+
+
+def last_good(backup_dir):
+    """The newest entry of `backup_dir`'s pointer that verifies, or None."""
+    held = look(backup_dir)
+    return held["state"] if held["error"] is None else None
 
 
 def progress(held):
@@ -64,7 +155,7 @@ def choose(held):
     backup, or one whose progress cannot be read, cannot be restored."""
     for rank, one in enumerate(held):
         if one["state"] is None and one["error"]:
-            raise _unreadable(rank, one, "its epoch cannot be read")
+            raise _unreadable(rank, one, "its pointer cannot be read or trusted")
     holders = [rank for rank, one in enumerate(held) if one["state"] is not None]
     if not holders:
         return None
@@ -97,6 +188,13 @@ def newest(backup_dir, share):
         return NOTHING
     chosen = held[source]
     if rank == 0:
+        for number, one in enumerate(held):
+            for skipped in one.get("skipped") or ():
+                warnings.warn(
+                    f"agnostic skipped {skipped}, in {one['folder']} on host {one['host']} "
+                    f"(process {number}): it fails verification. Training resumes from "
+                    f"epoch {progress(chosen)[0]}, step {progress(chosen)[1]}.",
+                    UserWarning, stacklevel=2)
         logger.info("BackupAndRestore resumes at epoch %d, step %d, from the backup in "
                     "%s on host %s (process %d of %d).", *progress(chosen),
                     chosen["folder"], chosen["host"], source, len(held))
@@ -108,6 +206,11 @@ def newest(backup_dir, share):
         raise errors.CheckpointError(sent["error"])
     if rank == source:
         return Found(chosen["state"], path, None, own["state"], others_hold)
+    if hashlib.sha256(sent["weights"]).hexdigest() != chosen["state"]["sha256"]:
+        raise errors.CheckpointError(
+            f"The backup weights process {source} (host {chosen['host']}) sent to process "
+            f"{rank} are not the file it verified in {chosen['folder']}: their SHA-256 "
+            "differs. Run again; if it recurs, check that link between the machines.")
     return Found(chosen["state"], None, sent["weights"], own["state"], others_hold)
 
 
@@ -132,7 +235,12 @@ def forget(backup_dir, share, found, is_chief):
         share(None)  # a barrier: the chief has written its last backup
     if is_chief or found.own is None or look(backup_dir)["state"] != found.own:
         return
-    for name in (POINTER, found.own["weights"]):
+    try:
+        names = [POINTER] + [name for name in os.listdir(backup_dir)
+                             if WEIGHTS_NAME.match(name)]
+    except OSError:
+        return
+    for name in names:
         try:
             os.remove(os.path.join(backup_dir, name))
         except OSError:

@@ -152,6 +152,41 @@ def test_bad_cpu_devices_variable(raw):
         devices.requested_cpu_devices({"AGNOSTIC_CPU_DEVICES": raw})
 
 
+def test_simulated_devices_past_a_sane_number_per_core_are_refused():
+    # Before: 100000 planned as many torch processes with a warning, and
+    # JAX's resolve() had not returned after 120 s.
+    limit = devices.cpu_devices_limit()
+    assert limit >= devices.LIMIT_FLOOR
+    assert devices.requested_cpu_devices({"AGNOSTIC_CPU_DEVICES": str(limit)}) == limit
+    with pytest.raises(agnostic.DeviceRequestError,
+                       match=rf"AGNOSTIC_CPU_DEVICES=100000 asks for more .* at most {limit} "):
+        devices.requested_cpu_devices({"AGNOSTIC_CPU_DEVICES": "100000"})
+
+
+class Index:
+    """A whole number of another library, as NumPy's int64 is: it has
+    __index__ and is no int."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+def test_whole_numbers_of_other_libraries_mean_what_ints_mean():
+    assert plan.whole_numbers(Index(2)) == 2 and type(plan.whole_numbers(Index(2))) is int
+    assert plan.whole_numbers([Index(3), 1]) == [3, 1]
+    assert plan.whole_numbers(None) is None and plan.whole_numbers(True) is True
+    chosen = plan.decide("tensorflow", GPUS_4, gpus=plan.whole_numbers(Index(2)))
+    assert chosen.num_replicas == 2
+    numpy = pytest.importorskip("numpy")  # the case users meet: gpus=np.int64(2)
+    assert plan.whole_numbers(numpy.int64(2)) == 2
+    assert plan.whole_numbers(list(numpy.arange(2))) == [0, 1]
+    with pytest.raises(agnostic.DeviceRequestError, match="must be None"):
+        plan.check_gpus_type(plan.whole_numbers(numpy.bool_(True)))
+
+
 @pytest.mark.parametrize("name, value, message", [
     ("AGNOSTIC_CPU_DEVICES", "abc", "AGNOSTIC_CPU_DEVICES must be a whole number"),
     ("AGNOSTIC_JOIN", "yes", "AGNOSTIC_JOIN must be 1 (join"),

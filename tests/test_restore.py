@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agnostic import errors, restore
+from agnostic import checkpoints, errors, restore
 
 
 def held(epoch=None, batch=0, error=None, host="node-a", folder="/backup"):
@@ -37,17 +37,24 @@ def test_a_newest_backup_that_cannot_be_read_stops_the_job_naming_where_it_is():
         restore.choose(chosen)
     unknown = [held(6), held(error="JSONDecodeError: ...", host="node-c", folder="/c")]
     with pytest.raises(errors.CheckpointError, match=r"/c on host node-c \(process 1\).* "
-                       "its epoch cannot be read"):
+                       "its pointer cannot be read or trusted"):
         restore.choose(unknown)
 
 
 def test_each_process_reads_its_own_folder(tmp_path):
     assert restore.look(str(tmp_path))["state"] is None
-    state = {"epoch": 3, "batch": 0, "weights": "backup-000003-000000.weights.h5"}
+    name = "backup-000003-000000.weights.h5"
+    (tmp_path / name).write_bytes(b"the weights")
+    state = {"epoch": 3, "batch": 0, "weights": name, "variables": [["dense/kernel", [2, 1]]],
+             **checkpoints.digest(tmp_path / name)}
     (tmp_path / restore.POINTER).write_text(json.dumps(state))
     found = restore.look(str(tmp_path))
     assert found["state"] == state and found["folder"] == str(tmp_path)
-    assert "does not exist" in found["error"]  # the pointer names a missing file
+    assert found["error"] is None
+    (tmp_path / name).unlink()
+    found = restore.look(str(tmp_path))
+    assert found["state"] == state
+    assert "No such file" in found["error"]  # the pointer names a missing file
     (tmp_path / restore.POINTER).write_text("{")
     found = restore.look(str(tmp_path))
     assert found["state"] is None and "truncated or corrupt" in found["error"]

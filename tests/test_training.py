@@ -98,6 +98,10 @@ def test_bad_gpus_fail_before_anything_is_built(gpus, message):
 def test_bad_arguments_fail_before_anything_is_built():
     with pytest.raises(TypeError, match=r"expects a Keras model .* Received: model='model'"):
         agnostic.backend_agnostic_compile("model", loss="mse")
+    # The class, not a model (before: "'mappingproxy' object has no attribute 'pop'").
+    with pytest.raises(TypeError, match=r"a Keras model object, not a class. Received: "
+                       r"model=keras\S*\.Model \(the class itself\). Make the model first"):
+        agnostic.backend_agnostic_compile(keras.Model, loss="mse")
     template = models.build(keras)
     with pytest.raises(TypeError, match=r"`cpu_merge` must be True or False"):
         agnostic.backend_agnostic_compile(template, loss="mse", cpu_merge="yes")

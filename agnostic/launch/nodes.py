@@ -140,7 +140,8 @@ def _start(command, cluster, launch, local_rank, streams, attempt=0, finished=No
         variables[processes.FINISHED_VARIABLE] = finished
     rank = cluster.first_rank(launch.node_rank) + local_rank
     return streams.popen(rank, local_rank, [sys.executable] + list(command),
-                         env=dict(os.environ, **variables), preexec_fn=processes.die_with_parent)
+                         env=secret.withheld(dict(os.environ, **variables)),
+                         preexec_fn=processes.die_with_parent)
 
 
 def _supervise(start, count, first_rank, party, node_rank, finished=None):

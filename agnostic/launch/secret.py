@@ -50,6 +50,14 @@ def job_secret(secret_file=None, environ=None):
     return None
 
 
+def withheld(environment):
+    """`environment` (a dict: a training process's variables) without the
+    secret itself: it stays with the launchers, out of reach of the
+    training code and of the libraries that record their environment."""
+    environment.pop(VARIABLE, None)
+    return environment
+
+
 def _read(path, received):
     path = os.path.expanduser(str(path))
     try:

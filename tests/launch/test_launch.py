@@ -162,7 +162,8 @@ rank = os.environ["RANK"]
 with open(f"rank_{rank}.json", "w") as handle:
     json.dump({"rank": int(rank), "world_size": os.environ["WORLD_SIZE"],
                "local_rank": os.environ["LOCAL_RANK"], "master_port": os.environ["MASTER_PORT"],
-               "arguments": sys.argv[1:], "module": __spec__.name}, handle)
+               "arguments": sys.argv[1:], "module": __spec__.name,
+               "secret": os.environ.get("AGNOSTIC_JOB_SECRET")}, handle)
 print(f"report from rank {rank}")
 """
 
@@ -177,7 +178,8 @@ def test_launch_runs_a_module_with_underscore_flags(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "agnostic", "launch", "--nproc_per_node", "2",
          "--master_port", str(port), "-m", "tinypkg.report", "--lr", "0.1"],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=path, TMPDIR=str(tmp_path)),
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=path, TMPDIR=str(tmp_path),
+                               AGNOSTIC_JOB_SECRET=SECRET.decode()),
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     reports = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank_*.json")),
@@ -188,6 +190,7 @@ def test_launch_runs_a_module_with_underscore_flags(tmp_path):
         assert report["world_size"] == "2" and report["master_port"] == str(port + 1)
         assert report["arguments"] == ["--lr", "0.1"]
         assert report["module"] == "tinypkg.report"
+        assert report["secret"] is None  # the job's secret stays with the launcher
     assert "report from rank 0" in result.stdout  # the chief's output alone
     assert "report from rank 1" not in result.stdout
     # The other's is in the log folder the launcher made (tests/launch/test_output.py).

@@ -59,6 +59,10 @@ def _callback_class():
             if found.path is not None:
                 self._restore(found.state, found.path)
                 return
+            wrong = restore.problem(found.state)  # as another process sent it
+            if wrong:
+                raise errors.CheckpointError(
+                    f"The backup another process chose cannot be trusted: {wrong}.")
             folder = tempfile.mkdtemp(prefix="agnostic-restore-")
             try:  # Keras loads weights from a path only: the source's bytes, here
                 path = os.path.join(folder, found.state["weights"])

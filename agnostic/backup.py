@@ -5,9 +5,11 @@ place: a kill in between, or during either write, loses the backup or pairs
 new weights with an old epoch. agnostic swaps it, inside `fit` on the models it
 returns, for a subclass holding the same settings (still a BackupAndRestore to
 any code that asks) whose saving and restoring are these: each backup is a new
-weights file written atomically, then a small JSON file naming it, also
+weights file written atomically, then a small JSON file naming it (with its
+SHA-256, size and the model's variables) and the backup before it, also
 replaced atomically; only then are older weights files removed. Whenever the
-process dies, the JSON names a complete weights file.
+process dies, the JSON names a complete weights file, and a file that is not
+what was written falls back to the one before (restore.py).
 
 With several processes every one reads its own folder at the start of fit:
 machines need not share a disk, and a node may come back under another rank.

@@ -40,6 +40,7 @@ from agnostic import cluster as cluster_lib
 from agnostic import devices as devices_lib
 from agnostic import errors
 from agnostic.cluster import listen
+from agnostic.launch import stalls
 from agnostic.compat import jax_joined, tf_collective_server
 
 try:  # installed: beside the package (pyproject.toml); in a source checkout: in it
@@ -62,8 +63,8 @@ def join_seconds():
 
 
 def check_variables(environ=None):
-    """Raises LaunchError for a value of AGNOSTIC_JOIN or AGNOSTIC_JOIN_SECONDS
-    that means nothing (at start-up they fall back to their defaults, since
+    """Raises LaunchError for a value of AGNOSTIC_JOIN, AGNOSTIC_JOIN_SECONDS
+    or AGNOSTIC_STALL_SECONDS that means nothing (at start-up they fall back to their defaults, since
     nothing can be raised there)."""
     environ = os.environ if environ is None else environ
     flag = environ.get(JOIN_FLAG, "").strip()
@@ -73,6 +74,7 @@ def check_variables(environ=None):
             "script does not name agnostic) or 0 (never join); unset, programs that "
             f"use agnostic join. Received: {JOIN_FLAG}={flag!r}"
         )
+    stalls.stall_seconds(environ)
     seconds = environ.get(JOIN_VARIABLE, "").strip()
     if seconds and not (seconds.isdigit() and int(seconds) > 0):
         raise errors.LaunchError(
@@ -314,6 +316,8 @@ def _apply(name, module, count):
     if environment is not None and devices_lib.configured_backend() == name \
             and joins(environment):
         JOINERS[name](module, environment)
+        # Once joined (a join holds the interpreter): its heartbeat.
+        stalls.start(environment)
 
 
 def job():

@@ -51,9 +51,11 @@ def _callback_class():
             callback._batches = 0
             callback._resumed = (0, 0)  # (epoch, batch) the backup restored was at
             callback._found = restore.NOTHING  # what on_train_begin found (restore.py)
+            callback._written = None  # the entry this process wrote last, this fit
             return callback
 
         def on_train_begin(self, logs=None):
+            self._written = None
             # The newest backup any process holds, on every one (restore.py).
             self._found = found = restore.newest(self.backup_dir, collectives.of(self.model))
             if found.state is None:
@@ -121,9 +123,11 @@ def _callback_class():
                 os.makedirs(self.backup_dir, mode=0o700, exist_ok=True)
             # The backup before stays until this one is on disk, verified,
             # and named by the pointer; then it is the fallback (restore.py).
-            previous = restore.last_good(self.backup_dir)
+            # Read back once: after that, the entry this process wrote last.
+            previous = self._written or restore.last_good(self.backup_dir)
             self.model.save_weights(os.path.join(self.backup_dir, name), overwrite=True)
             state = restore.entry(epoch, batch, self.backup_dir, name, self.model)
+            self._written = dict(state)  # its digest read back from disk
             if previous is not None and previous["weights"] != name:
                 state["previous"] = previous
             pointer = os.path.join(self.backup_dir, POINTER)

@@ -7,9 +7,9 @@ batch, not what a call writes to its own variables). A non-trainable weight
 declared with `aggregation="sum"`, `"mean"` or `"only_first_replica"` is
 combined as it says (tf_central_metrics, torch_ddp); one left at Keras's
 `"none"` cannot be: one replica's value is kept, computed from its share
-alone. fit checks the candidates once, over its first training step (its first
-call of the train function): each one's sum
-and sum of squares (computed where the variable lives) before and after.
+alone. fit checks the candidates once, over its first training step (its
+first call of the train function): each one's sum and sum of squares
+(computed where the variable lives) before and after.
 A SeedGenerator's state and batch normalization's moving statistics are
 left out: agnostic keeps those one device's. JAX's one program sees the
 global batch: nothing to check there.

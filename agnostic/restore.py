@@ -70,14 +70,14 @@ def problem(one):
     if not isinstance(name, str) or not WEIGHTS_NAME.match(name):
         return (f"field 'weights' is {name!r}, not the bare name of a backup file in this "
                 "folder (backup-EPOCH-STEP.weights.h5)")
-    for field in ("epoch", "batch", "sha256", "size"):
+    for field in ("epoch", "batch", "size"):
         value = one.get(field)
-        if field == "sha256":
-            if not isinstance(value, str) or not SHA256.match(value):
-                return (f"field 'sha256' is {value!r}, not a SHA-256 (a backup written by an "
-                        "agnostic older than its verification has none)")
-        elif type(value) is not int or value < 0:
+        if type(value) is not int or value < 0:
             return f"field {field!r} is {value!r}, not a whole number of 0 or more"
+    digest = one.get("sha256")
+    if not isinstance(digest, str) or not SHA256.match(digest):
+        return (f"field 'sha256' is {digest!r}, not a SHA-256 (a backup written by an "
+                "agnostic older than its verification has none)")
     listed = one.get("variables")
     if not isinstance(listed, list) or not all(
             isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
@@ -125,18 +125,20 @@ def look(backup_dir):
         if wrong:
             held["error"] = f"{POINTER} cannot be trusted: {wrong}"
             return held
+    skipped = []
     for one in entries:
-        state = {key: value for key, value in one.items() if key != "previous"}
         why = verify(backup_dir, one)
         if why is None:
-            held["state"] = state
+            held.update(state=_without_previous(one), skipped=skipped)
             return held
-        held["skipped"].append(f"the backup at epoch {one['epoch']}, step {one['batch']} "
-                               f"({why})")
-    held["state"] = {key: value for key, value in newest.items() if key != "previous"}
-    held["error"] = "; ".join(held.pop("skipped"))
-    held["skipped"] = []
+        skipped.append(f"the backup at epoch {one['epoch']}, step {one['batch']} ({why})")
+    # None verifies: the newest, with why, so that choose() names the folder.
+    held.update(state=_without_previous(newest), error="; ".join(skipped))
     return held
+
+
+def _without_previous(one):
+    return {key: value for key, value in one.items() if key != "previous"}
 
 
 def last_good(backup_dir):

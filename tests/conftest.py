@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Keras 2.2 on MXNet has no multi-machine path (docs/machines.md), no
 # BackupAndRestore and no preemption at a step, and the programs of
 # tests/programs/ are written in Keras 3's API. (Paths from this folder.)
-collect_ignore = ([os.path.join("launch", "test_nodes.py"), "test_programs.py",
+collect_ignore = ([os.path.join("launch", "test_nodes.py"),
+                   os.path.join("launch", "test_stalls.py"), "test_programs.py",
                    "test_keras_io.py", "test_preemption.py", "test_backup_disks.py",
                    os.path.join("cluster", "test_join.py")]
                   if os.environ.get("KERAS_BACKEND") == "mxnet" else [])

@@ -26,7 +26,7 @@ import threading
 import time
 
 from agnostic import cluster, devices, errors, preemption
-from agnostic.launch import failures, output, processes
+from agnostic.launch import failures, heartbeat, output, processes, stalls
 
 logger = logging.getLogger("agnostic")
 POLL_SECONDS = 0.2
@@ -108,6 +108,14 @@ def exit_seconds():
     return seconds
 
 
+def _duplicate(descriptor):
+    """A copy of `descriptor` (None when this process has none)."""
+    try:
+        return os.dup(descriptor)
+    except OSError:
+        return None
+
+
 def forward(signum, send=True):
     """The run is preempted by `signum`: the workers this process started
     are told (`send`: the signal is passed on to them)."""
@@ -125,6 +133,7 @@ class Workers:
             port=processes.free_port(), started_by_scheduler=False, local_world_size=world_size)
         command = script_command()
         self.exit_seconds = exit_seconds()
+        self.stall_seconds = stalls.stall_seconds()
         preemption.signals()  # a bad AGNOSTIC_PREEMPT_SIGNAL: said before any start
         self.preempted = 0  # the signal that preempted the run, once one did
         self._exiting = False  # rank 0 has ended: wait() runs
@@ -135,6 +144,9 @@ class Workers:
         logger.warning("agnostic: %s.", self.logs.notice(chosen, ranks, "rank_<r>"))
         self.streams = output.Streams(chosen, self.logs.path)
         self.processes = processes.Processes(finished=self.reports)
+        # Rank 0's standard error, for a worker to say why it ended a
+        # stalled rank 0, whose own output is stopped with it (launch/stalls.py).
+        launcher_stderr = _duplicate(2) if self.stall_seconds else None
         for rank, local_rank in ranks:
             environment = dict(os.environ)
             environment.update(
@@ -150,9 +162,21 @@ class Workers:
             environment.update(devices.thread_variables(world_size))
             environment[failures.REPORTS_VARIABLE] = self.reports
             environment[processes.FINISHED_VARIABLE] = self.reports
+            if self.stall_seconds:
+                environment[stalls.FOLDER_VARIABLE] = self.reports
+            if launcher_stderr is not None:
+                environment[stalls.LAUNCHER_STDERR] = str(launcher_stderr)
             self.processes.add(rank, self.streams.popen(
                 rank, local_rank, command, env=environment, stdin=subprocess.DEVNULL,
-                preexec_fn=processes.die_with_parent))
+                preexec_fn=processes.die_with_parent,
+                pass_fds=() if launcher_stderr is None else (launcher_stderr,)))
+        if launcher_stderr is not None:
+            os.close(launcher_stderr)
+        self.watch = None
+        if self.stall_seconds:
+            heartbeat.Beat(self.reports, 0, self.stall_seconds)
+            self.watch = heartbeat.Watch(self.reports, self.stall_seconds,
+                                         set(self.processes.by_rank))
         self._own_failure = None  # rank 0's uncaught exception
         self._ended = threading.Lock()  # one thread ends the group
         self._done = False  # every worker ended well: nothing left to watch
@@ -246,6 +270,7 @@ class Workers:
 
     def _watch(self):
         while True:
+            self._end_a_silent_worker()
             # A worker preempted ends after the step every process stops at:
             # rank 0 stops there too (it may still be writing the backup).
             if self.processes.failed(self.preempted) is not None:
@@ -256,6 +281,15 @@ class Workers:
             if self.processes.ended():
                 return
             time.sleep(POLL_SECONDS)
+
+    def _end_a_silent_worker(self):
+        """A worker that stopped answering is ended, its report saying why."""
+        silent = self.watch.silent() if self.watch else None
+        if silent is None or self.processes.code(silent.rank) is not None:
+            return
+        failures.write(self.reports, failures.Failure(
+            silent.rank, True, silent.summary(self.stall_seconds), time=time.time()))
+        self.processes.by_rank[silent.rank].kill()  # a stopped process takes no other
 
     def wait(self):
         """At rank 0's exit: wait for the workers, exit with their status."""

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from agnostic import devices, preemption
-from agnostic.launch import output, processes, rendezvous, secret
+from agnostic.launch import heartbeat, output, processes, rendezvous, secret, stalls
 from agnostic.launch.address import JAX_PORT_OFFSET, TORCH_PORT_OFFSET, host_port
 from agnostic.launch.settings import check_command
 
@@ -66,6 +66,7 @@ def run(command, launch, secret_file=None, listen_addr=None):
     says which attempt); a script with BackupAndRestore resumes from its backup."""
     check_command(command)
     preemption.signals()  # a bad AGNOSTIC_PREEMPT_SIGNAL: said before meeting
+    stall = stalls.stall_seconds()  # and a bad AGNOSTIC_STALL_SECONDS
     party, cluster = _meet(launch, secret_file, listen_addr)
     first = cluster.first_rank(launch.node_rank)
     ranks = [(first + local_rank, local_rank) for local_rank in range(launch.nproc)]
@@ -82,7 +83,7 @@ def run(command, launch, secret_file=None, listen_addr=None):
                 status, failure = _supervise(
                     lambda local_rank: _start(command, cluster, launch, local_rank, streams,
                                               attempt, finished),
-                    launch.nproc, first, party, launch.node_rank, finished)
+                    launch.nproc, first, party, launch.node_rank, finished, stall)
             finally:
                 streams.close()
                 shutil.rmtree(finished, ignore_errors=True)
@@ -138,13 +139,15 @@ def _start(command, cluster, launch, local_rank, streams, attempt=0, finished=No
                      TORCHELASTIC_MAX_RESTARTS=str(launch.max_restarts))
     if finished:  # where a worker says it finished its work (processes.mark_finished)
         variables[processes.FINISHED_VARIABLE] = finished
+        # and beats (launch/stalls.py), unless AGNOSTIC_STALL_SECONDS=0
+        variables[stalls.FOLDER_VARIABLE] = finished
     rank = cluster.first_rank(launch.node_rank) + local_rank
     return streams.popen(rank, local_rank, [sys.executable] + list(command),
                          env=secret.withheld(dict(os.environ, **variables)),
                          preexec_fn=processes.die_with_parent)
 
 
-def _supervise(start, count, first_rank, party, node_rank, finished=None):
+def _supervise(start, count, first_rank, party, node_rank, finished=None, stall=0):
     """Starts this node's `count` processes (`start(local_rank)`) and watches
     them until they end; returns the node's status and, when one of them
     failed, what failed (else None). A process killed
@@ -157,9 +160,15 @@ def _supervise(start, count, first_rank, party, node_rank, finished=None):
     end with status 128 + the signal's number, which is then this node's: a
     preempted process is no failure, and the others are left to finish
     their step and backup. The signal is handled from before the first
-    process starts: one that comes while they start reaches each of them."""
+    process starts: one that comes while they start reaches each of them.
+
+    A process silent for `stall` seconds (its heartbeats in `finished`) is
+    ended and named, as a failure (launch/stalls.py)."""
     links = rendezvous.links_of(party) if party is not None else []
     caught, started = [], processes.Processes(finished)
+    watch = None
+    if finished and stall:
+        watch = heartbeat.Watch(finished, stall, set(range(first_rank, first_rank + count)))
 
     def forward(signum, frame):
         caught.append(signum)
@@ -173,6 +182,14 @@ def _supervise(start, count, first_rank, party, node_rank, finished=None):
                 started.send(caught[0], [first_rank + local_rank])
         while True:
             done = started.ended()  # before the failures: every end is seen
+            silent = watch.silent() if watch else None
+            if silent is not None and started.code(silent.rank) is None:
+                started.by_rank[silent.rank].kill()  # a stopped process takes no other
+                message = (f"worker process {silent.pid} (rank {silent.rank}, node "
+                           f"{node_rank}) {silent.summary(stall)}")
+                _tell(links, message)
+                started.stop()
+                return 1, message
             rank = started.failed(caught[0] if caught else None)
             if rank is not None:
                 message = (f"worker process {started.by_rank[rank].pid} (rank {rank}, "

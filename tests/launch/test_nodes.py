@@ -4,13 +4,14 @@ on the engine's own distributed runtime (TensorFlow, JAX, torch). The second
 machine's address is the only thing faked here: both nodes are this machine."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
 
-from tests import jobs, models
+from tests import jobs, models, stalls
 from tests.jobs import finish
 from tests.conftest import ROOT, alive, engine_or_skip
 
@@ -112,6 +113,31 @@ if ENGINE == "torch":
         pids = [int(open(tmp_path / name).read()) for name in os.listdir(tmp_path)
                 if name.startswith("pid_")]
         assert pids and not [pid for pid in pids if alive(pid)]
+
+
+    def test_a_stopped_process_on_one_node_is_named_on_every_node(tmp_path):
+        """Node 1's launcher sees its process silent and tells node 0's."""
+        port = free_port()
+        nodes = [start_node(rank, port, stalls.SCRIPT, tmp_path, AGNOSTIC_STALL_SECONDS="5")
+                 for rank in (0, 1)]
+        paths = [tmp_path / "pid_0", tmp_path / "pid_1"]
+        deadline = time.monotonic() + 300
+        while not all(path.exists() for path in paths):
+            assert time.monotonic() < deadline and all(n.poll() is None for n in nodes)
+            time.sleep(0.1)
+        pids = [int(path.read_text()) for path in paths]
+        os.kill(pids[1], signal.SIGSTOP)
+        try:
+            codes, outputs, elapsed = finish(nodes, seconds=stalls.BOUND_SECONDS + 30)
+        finally:
+            if alive(pids[1]):
+                os.kill(pids[1], signal.SIGKILL)
+        assert codes == [1, 1] and elapsed < stalls.BOUND_SECONDS
+        named = f"worker process {pids[1]} (rank 1, node 1) stopped answering on host "
+        assert named in outputs[1][1]  # its node's launcher
+        assert named in outputs[0][1] and "stopping this node's processes" in outputs[0][1]
+        time.sleep(1)
+        assert not [pid for pid in pids if alive(pid)]
 
 
 if ENGINE == "tensorflow":  # TF_CONFIG is TensorFlow's

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from tests import models
+from tests import models, stalls
 from tests.conftest import ROOT, alive, engine_or_skip, run_script
 
 keras = engine_or_skip()
@@ -132,6 +132,46 @@ def test_killing_the_launcher_leaves_no_worker(tmp_path):
     code, _, _, _, left = finish(process, tmp_path)
     assert code == -signal.SIGKILL
     assert left == []
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_stopped_process_of_the_shim_is_ended_and_named(rank, tmp_path):
+    """Rank 0 watches its workers; the workers watch rank 0 (the launcher,
+    the process the user started), whose own output is stopped with it: a
+    worker says why on rank 0's standard error, then ends it."""
+    code, stderr, elapsed, left, pids = stalls.run_and_stop(
+        [sys.executable, stalls.SCRIPT, str(tmp_path)], tmp_path, rank)
+    assert stalls.STALL_SECONDS * 0.9 <= elapsed < stalls.BOUND_SECONDS, (elapsed, stderr)
+    assert left == []
+    if rank == 1:
+        assert code == 1
+        assert (f"worker process {pids[1]} (rank 1 of 2) exited with status -9: stopped "
+                "answering on host ") in stderr, stderr[-3000:]
+        assert "rank 0 of 2 (process" in stderr and "failed after a peer had ended" in stderr
+    else:
+        assert code == -signal.SIGKILL
+        assert (f"agnostic: rank 0 (process {pids[0]}, the launcher) stopped answering on "
+                "host ") in stderr and "ending it and its workers." in stderr, stderr[-3000:]
+    assert "AGNOSTIC_STALL_SECONDS=5" in stderr
+    # Its reports and heartbeats folder is gone, even when rank 0 could not remove it.
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("agnostic-failures")]
+
+
+def test_a_stopped_process_under_torchrun_is_ended_and_named_by_a_peer(tmp_path):
+    """torchrun's agent is not ours: the processes of a node watch each other."""
+    from agnostic.launch.processes import free_port
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", str(free_port()), stalls.SCRIPT, str(tmp_path)]
+    code, stderr, elapsed, left, pids = stalls.run_and_stop(command, tmp_path, 1)
+    assert code == 1 and left == []
+    assert stalls.STALL_SECONDS * 0.9 <= elapsed < stalls.BOUND_SECONDS, (elapsed, stderr)
+    assert (f"agnostic: rank 1 (process {pids[1]}) stopped answering on host ") in stderr
+    assert "so that torchrun stops the job." in stderr, stderr[-3000:]
+    # torchrun's own summary names it as the root cause.
+    cause = stderr.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 1 (local_rank: 1)" in cause and f"(pid: {pids[1]})" in cause
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("agnostic-heartbeats")]
 
 
 def test_only_the_chief_writes_files(tmp_path):

@@ -20,6 +20,7 @@ def backend_agnostic_compile(
     cpu_relocation: bool = False,
     sync_batch_norm: bool = True,
     global_view: bool = True,
+    shard: bool = False,
     **kwargs: Any
 ) -> "keras.Model":
     """Compiles `model` to train on every available device, in place.
@@ -54,6 +55,10 @@ def backend_agnostic_compile(
             computes its losses and metrics on its own share (no gather of
             the batch; one device's only for means over rows). JAX's one
             program always sees the global batch.
+        shard: JAX, one process: split each large weight and its optimizer
+            state over the devices (each holds about 1/N of them) instead of
+            copying them on every device, for a model larger than one
+            device. On other plans of several devices, a NotSupportedError.
 
     Returns:
         `model`, compiled.
@@ -64,9 +69,9 @@ def backend_agnostic_compile(
         ...     optimizer="sgd", metrics=["accuracy"])
         >>> model.fit(x, y, batch_size=64, epochs=2)
     """
-    _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_view)
+    _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_view, shard)
     _check_keywords(model, kwargs)
-    plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model)
+    plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model, shard=shard)
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     plan_lib.announce(plan)
     if plan.relocation_unused:
@@ -84,7 +89,8 @@ def backend_agnostic_compile(
 
 
 # The keywords backend_agnostic_compile takes itself (the rest go to compile).
-OWN_KEYWORDS = ("gpus", "cpu_merge", "cpu_relocation", "sync_batch_norm", "global_view")
+OWN_KEYWORDS = ("gpus", "cpu_merge", "cpu_relocation", "sync_batch_norm", "global_view",
+                "shard")
 
 
 def _check_keywords(model, kwargs):
@@ -115,7 +121,8 @@ def _check_keywords(model, kwargs):
         )
 
 
-def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_view):
+def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_view,
+                     shard=False):
     if isinstance(model, type):
         raise TypeError(
             "backend_agnostic_compile expects a Keras model object, not a class. Received: "
@@ -130,7 +137,8 @@ def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_v
             f"model={model!r} (of type {type(model).__name__})"
         )
     for name, value in (("cpu_merge", cpu_merge), ("cpu_relocation", cpu_relocation),
-                        ("sync_batch_norm", sync_batch_norm), ("global_view", global_view)):
+                        ("sync_batch_norm", sync_batch_norm), ("global_view", global_view),
+                        ("shard", shard)):
         if not isinstance(value, bool):
             raise TypeError(
                 f"`{name}` must be True or False. Received: {name}={value!r}"

@@ -131,7 +131,7 @@ class Plan:
 
 
 def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bool = False,
-            model: Optional["keras.Model"] = None) -> Plan:
+            model: Optional["keras.Model"] = None, shard: bool = False) -> Plan:
     """Looks at the engine and its devices and decides how to train.
 
     Args:
@@ -141,6 +141,8 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
             machine: tf-central-storage).
         model: the model to train, when it places its layers with
             agnostic.device(): the plan then says where each placed call runs.
+        shard: split each large weight and its optimizer state over the
+            devices (JAX, one process: jax-sharded) instead of copying them.
 
     Returns:
         A frozen `Plan`.
@@ -160,8 +162,39 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
     placed = ()
     if model is not None:
         placed = placement.requested(model)
-    return decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
+    plan = decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placed)
+    return sharded(plan, shard) if shard else plan
+
+
+# The strategy that splits weights and optimizer state over the devices.
+SHARDED = {"jax-data-parallel": "jax-sharded"}
+
+
+def sharded(plan, shard=True):
+    """`plan` with its weights and optimizer state split over its devices
+    (shard=True), or a NotSupportedError saying where that is possible."""
+    if shard is not True:
+        raise TypeError(f"`shard` must be True or False. Received: shard={shard!r}")
+    if plan.num_replicas < 2 and not plan.placements:
+        return plan  # one device holds everything either way
+    if plan.strategy in SHARDED and plan.num_processes == 1 and not plan.placements:
+        return dataclasses.replace(
+            plan, strategy=SHARDED[plan.strategy],
+            reason=f"{plan.reason.rstrip('.')}; shard=True: each large weight and its "
+                   f"optimizer state split over the {plan.num_replicas} devices.")
+    if plan.placements:
+        why = "layers placed with agnostic.device() keep their weights on their devices"
+    elif plan.backend == "jax":
+        why = f"JAX over {plan.num_processes} processes does not shard yet"
+    else:
+        why = f"{plan.backend} does not shard yet"
+    raise errors.NotSupportedError(
+        f"shard=True splits the weights and optimizer state over the devices on JAX in one "
+        f"process (jax-sharded); this plan is {plan.strategy} on {plan.backend} over "
+        f"{plan.num_replicas} devices, where {why}. Train with shard=False (every device "
+        "holds the whole model), or with KERAS_BACKEND=jax on one machine. Received: "
+        "shard=True")
 
 
 def whole_numbers(gpus):

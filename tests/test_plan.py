@@ -1,5 +1,6 @@
 """The decision, without any engine: device counts are faked here (mocked),
 since a machine with GPUs cannot exist in this test environment."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -346,3 +347,25 @@ def test_a_process_pinned_to_its_own_cores_uses_them_all(monkeypatch):
         chosen.describe()
     # The processes agnostic starts inherit the cores of the one that starts them.
     assert plan.decide("torch", TWO_GPUS).threads == 2
+
+
+def test_shard_splits_jax_in_one_process_and_is_refused_elsewhere():
+    chosen = plan.sharded(plan.decide("jax", GPUS_4))
+    assert chosen.strategy == "jax-sharded" and chosen.num_replicas == 4
+    assert chosen.reason.endswith("shard=True: each large weight and its optimizer state "
+                                  "split over the 4 devices.")
+    one = plan.decide("jax", GPUS_4, gpus=1)
+    assert plan.sharded(one) == one  # one device holds everything either way
+    for engine in ("tensorflow", "torch"):
+        with pytest.raises(agnostic.NotSupportedError,
+                           match=f"where {engine} does not shard yet.*Received: shard=True"):
+            plan.sharded(plan.decide(engine, GPUS_4))
+    several = dataclasses.replace(plan.decide("jax", GPUS_4), num_processes=2)
+    with pytest.raises(agnostic.NotSupportedError, match="JAX over 2 processes does not shard"):
+        plan.sharded(several)
+    placed = dataclasses.replace(plan.decide("jax", GPUS_4),
+                                 placements=(("dense", "/device:GPU:1"),))
+    with pytest.raises(agnostic.NotSupportedError, match="placed with agnostic.device()"):
+        plan.sharded(placed)
+    with pytest.raises(TypeError, match="`shard` must be True or False. Received: shard='auto'"):
+        plan.sharded(plan.decide("jax", GPUS_4), "auto")

@@ -16,6 +16,7 @@ STRATEGIES = {
     "torch-device-parallel":
         "agnostic.strategies.torch_device_parallel:TorchDeviceParallelStrategy",
     "jax-model-parallel": "agnostic.strategies.jax_model_parallel:JaxModelParallelStrategy",
+    "jax-sharded": "agnostic.strategies.jax_sharded:JaxShardedStrategy",
 }
 
 

@@ -18,7 +18,7 @@ class JaxDataParallelStrategy(base.Strategy):
         import keras
 
         plan = self.plan
-        _users_distribution(plan)
+        users_distribution(plan)
         if plan.num_processes > 1:
             _same_weights_everywhere(model)
         # agnostic gives each process its own shard (Keras would shard only
@@ -27,7 +27,7 @@ class JaxDataParallelStrategy(base.Strategy):
             devices=list(plan.devices), auto_shard_dataset=plan.num_processes == 1
         )
         in_place.compile_in(model, distribution.scope(), call)
-        _made_again_when_frozen(model)
+        made_again_when_frozen(model)
         # Keras shards each batch by the distribution active at call time, so
         # each call runs under this model's own one (several may coexist).
         if plan.num_processes == 1:  # batches of any size (compat.jax_uneven_batches)
@@ -42,7 +42,7 @@ class JaxDataParallelStrategy(base.Strategy):
         return model
 
 
-def _made_again_when_frozen(model):
+def made_again_when_frozen(model):
     """Keras makes a model's train, test and predict functions once, their
     outputs' layouts (out_shardings) fixed for the trainable and
     non-trainable variables of that time. A layer frozen or unfrozen later
@@ -73,7 +73,7 @@ def _made_again_when_frozen(model):
         methods.wrap_method(model, name, wrapper(name))
 
 
-def _users_distribution(plan):
+def users_distribution(plan):
     """The program's own keras.distribution (set_distribution, or its
     scope), as Keras's guide to distribution sets it before building: a
     DataParallel over the plan's devices is what agnostic makes anyway; any

@@ -39,9 +39,22 @@ def compile(model, *args, **kwargs):
 
     sync = os.environ.get("AGNOSTIC_TEST_SYNC_BATCH_NORM", "1") == "1"
     whole = os.environ.get("AGNOSTIC_TEST_GLOBAL_VIEW", "1") == "1"
+    shard = os.environ.get("AGNOSTIC_TEST_SHARD", "0") == "1"
     agnostic.backend_agnostic_compile(model, *args, gpus=REPLICAS, sync_batch_norm=sync,
-                                      global_view=whole, **kwargs)
+                                      global_view=whole, shard=shard, **kwargs)
     return model
+
+
+def bytes_per_device(model):
+    """JAX: the bytes of the model's and its optimizer's variables that each
+    device holds (the addressable shards of every array), by device."""
+    held = {}
+    optimizer = getattr(model, "optimizer", None)
+    for variable in list(model.variables) + list(getattr(optimizer, "variables", [])):
+        for shard in variable.value.addressable_shards:
+            name = str(shard.device)
+            held[name] = held.get(name, 0) + shard.data.nbytes
+    return held
 
 
 def devices_used(model):
@@ -152,6 +165,8 @@ def finish(model, history=None, evaluation=None, **extra):
         "evaluation": _plain(evaluation),
         "devices_used": devices_used(model) if model.weights else 0,
     }
+    if os.environ.get("AGNOSTIC_TEST_SHARD") == "1":  # JAX: what each device holds
+        report["bytes_per_device"] = bytes_per_device(model)
     report.update({key: _plain(value) for key, value in extra.items()})
     with open(os.path.join(FOLDER, f"{MODE}.json"), "w") as handle:
         json.dump(report, handle)

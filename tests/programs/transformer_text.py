@@ -5,6 +5,8 @@ dropout rate 0 keeps the run deterministic (the rates are the example's
 constructor arguments)."""
 from harness import compile, finish  # noqa: I001
 
+import os
+
 import keras
 import numpy as np
 from keras import layers, ops
@@ -51,6 +53,9 @@ class TokenAndPositionEmbedding(layers.Layer):
 keras.utils.set_random_seed(21)
 vocab_size, maxlen = 200, 16  # the example: 20000 words, 200 per review
 embed_dim, num_heads, ff_dim = 16, 2, 16
+LARGE = os.environ.get("PROGRAM_SIZE") == "large"  # wider, with a momentum slot per weight
+if LARGE:
+    vocab_size, embed_dim, ff_dim = 2048, 64, 256
 rate = 0.0  # the example's 0.1: random, so not one device's numbers on every engine
 
 # "Reviews": token ids; positive when low ids outnumber high ones.
@@ -70,7 +75,8 @@ x = layers.Dropout(rate)(x)
 outputs = layers.Dense(2, activation="softmax")(x)
 
 model = keras.Model(inputs=inputs, outputs=outputs)
-model = compile(model, optimizer=keras.optimizers.SGD(0.1),
+optimizer = keras.optimizers.SGD(0.1, momentum=0.9 if LARGE else 0.0)
+model = compile(model, optimizer=optimizer,
                 loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 history = model.fit(x_train, y_train, batch_size=32, epochs=2, shuffle=False, verbose=0)
 evaluation = model.evaluate(x_train, y_train, batch_size=64, verbose=0)

@@ -1,0 +1,66 @@
+"""jax-sharded: each large weight and its optimizer state split over the
+devices of one process (shard=True), as FSDP and ZeRO-3 do: XLA's partitioner
+gathers a weight where a step computes with it and reduce-scatters its
+gradient, so each device keeps about 1/N of the weights and of the optimizer
+state.
+
+keras.distribution.ModelParallel over a mesh of one axis, which splits both
+every batch (data parallelism) and each weight along its largest dimension
+that the device count divides; weights smaller than SMALLEST values, or with
+no such dimension, are copied on every device. The layout is derived from
+each variable's shape as it is made, so a model built later (a subclassed
+model's first call, the optimizer's slots in fit) is made split, never whole
+first; a model built before the call is split when agnostic makes its
+variables again on the mesh.
+"""
+import math
+
+from agnostic import in_place, pipeline
+from agnostic.compat import jax_uneven_batches
+from agnostic.strategies import base, jax_data_parallel
+
+AXIS = "batch"
+# Fewer values than this: copied on every device (biases, scales, counters).
+SMALLEST = 1024
+
+
+def split_axes(shape, devices):
+    """The layout of a weight of `shape` over `devices`: its largest axis that
+    `devices` divides is split (AXIS), the others copied (None)."""
+    axes = [None] * len(shape)
+    if math.prod(shape) < SMALLEST:
+        return tuple(axes)
+    divisible = [(size, -axis) for axis, size in enumerate(shape) if size % devices == 0]
+    if divisible:  # the largest; of equal ones, the first
+        axes[-max(divisible)[1]] = AXIS
+    return tuple(axes)
+
+
+class JaxShardedStrategy(base.Strategy):
+    name = "jax-sharded"
+
+    def compile(self, model, call):
+        import keras
+
+        jax_data_parallel.users_distribution(self.plan)  # a ModelParallel of its own: refused
+        devices = list(self.plan.devices)
+        mesh = keras.distribution.DeviceMesh((len(devices),), (AXIS,), devices=devices)
+        distribution = _distribution(keras, mesh)
+        in_place.compile_in(model, distribution.scope(), call)
+        jax_data_parallel.made_again_when_frozen(model)
+        pipeline.wrap(model, self.plan.num_replicas,
+                      scope=jax_uneven_batches.allow(distribution), even_shares=False)
+        return model
+
+
+def _distribution(keras, mesh):
+    """Keras's ModelParallel, each variable's layout derived from its shape
+    (an empty LayoutMap: the program names no path)."""
+
+    class Sharded(keras.distribution.ModelParallel):
+        # Asked for a variable as it is made (Keras keeps a layout it has).
+        def get_variable_layout(self, variable):
+            return keras.distribution.TensorLayout(
+                split_axes(tuple(variable.shape), mesh.shape[0]), self.device_mesh)
+
+    return Sharded(layout_map=keras.distribution.LayoutMap(mesh), batch_dim_name=AXIS)

@@ -212,13 +212,17 @@ LAST = {"workers": 0}  # the workers forked for the last run
 # The harness's variables for agnostic's runs (tests/programs/harness.py), read
 # as the program runs: a plain run is the same whatever they say.
 HARNESS = ("AGNOSTIC_TEST_REPLICAS", "AGNOSTIC_TEST_SYNC_BATCH_NORM",
-           "AGNOSTIC_TEST_GLOBAL_VIEW")
+           "AGNOSTIC_TEST_GLOBAL_VIEW", "AGNOSTIC_TEST_SHARD")
 # What torch's launcher (agnostic/launch/local.py) adds to a worker's
 # variables that is read as the program runs, not as Python starts or the
-# engine is imported: a worker with these changed comes from a fork.
+# engine is imported: a worker with these changed comes from a fork. (The
+# heartbeat's variables are read as the engine is imported, which a fork of
+# the warm interpreter has done already: its workers do not beat, and rank 0
+# watches only the workers that do.)
 RUNTIME = HARNESS + ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                      "MASTER_PORT", "AGNOSTIC_WARNINGS", "AGNOSTIC_FAILURE_REPORTS",
-                     "AGNOSTIC_FINISHED", "PYTEST_CURRENT_TEST")
+                     "AGNOSTIC_FINISHED", "AGNOSTIC_HEARTBEATS", "AGNOSTIC_LAUNCHER_STDERR",
+                     "PYTEST_CURRENT_TEST")
 
 
 def serves(script, env):

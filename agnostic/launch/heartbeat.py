@@ -20,7 +20,6 @@ import stat
 import threading
 import time
 
-
 logger = logging.getLogger("agnostic")
 STALL_VARIABLE = "AGNOSTIC_STALL_SECONDS"
 PREFIX = "beat_"

@@ -5,7 +5,9 @@ The starting process becomes rank 0. It watches its workers: when one fails,
 the others are stopped and rank 0 exits with the failing status; when rank 0
 ends, it waits for them (AGNOSTIC_EXIT_SECONDS at most, then stops them, which
 is no failure) and exits with the first failing status. Workers are killed by
-the kernel if rank 0 dies, so none is left behind. SIGTERM (and
+the kernel if rank 0 dies, so none is left behind. A process that stops
+answering (rank 0 watches the workers' heartbeats, the workers rank 0's) is
+ended and named within AGNOSTIC_STALL_SECONDS (launch/stalls.py). SIGTERM (and
 AGNOSTIC_PREEMPT_SIGNAL) reaching rank 0 is passed on to the workers, and the
 run is preempted (agnostic/preemption.py): no worker's end counts as a failure.
 
@@ -174,7 +176,7 @@ class Workers:
             os.close(launcher_stderr)
         self.watch = None
         if self.stall_seconds:
-            heartbeat.Beat(self.reports, 0, self.stall_seconds)
+            heartbeat.Beat(self.reports, 0, self.stall_seconds)  # its folder is new: no error
             self.watch = heartbeat.Watch(self.reports, self.stall_seconds,
                                          set(self.processes.by_rank))
         self._own_failure = None  # rank 0's uncaught exception

@@ -76,13 +76,24 @@ _started = []
 
 def start(environment):
     """In a process of a group (an agnostic.cluster.Environment), once it
-    has joined: beats, and watches whom no launcher of ours watches."""
+    has joined: beats, and watches whom no launcher of ours watches. Never
+    raises (it runs as the engine is imported): a heartbeat that cannot be
+    kept is said, and the process trains without it."""
     try:
         seconds = stall_seconds()
     except errors.LaunchError:  # resolve() raises it with the whole message
         seconds = STALL_SECONDS
     if not seconds or _started:
         return
+    try:
+        _start(environment, seconds)
+    except OSError as error:
+        logger.warning("agnostic: no heartbeat for this process (%s): if it stops "
+                       "answering, it is not named (%s).", error, STALL_VARIABLE)
+
+
+def _start(environment, seconds):
+    """Beats in its launcher's folder, or in the one torchrun's processes share."""
     folder = os.environ.get(FOLDER_VARIABLE)
     if folder:  # one of agnostic's launchers watches this process
         if heartbeat.private(folder):

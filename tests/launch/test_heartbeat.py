@@ -136,3 +136,23 @@ def test_a_stall_bound_that_is_not_seconds_is_refused(value):
     assert stalls.stall_seconds({}) == 60
     assert stalls.stall_seconds({"AGNOSTIC_STALL_SECONDS": "0"}) == 0
     assert stalls.stall_seconds({"AGNOSTIC_STALL_SECONDS": " 2.5 "}) == 2.5
+
+
+def test_a_heartbeat_that_cannot_be_kept_is_said_and_never_raised(tmp_path, monkeypatch,
+                                                                   caplog):
+    """stalls.start runs as the engine is imported: it must not fail the import."""
+    from agnostic import cluster
+
+    group = cluster.Environment("agnostic-launch", 2, 1)
+    folder = tmp_path / "beats"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setattr(stalls, "_started", [])
+    monkeypatch.setenv(stalls.FOLDER_VARIABLE, str(folder))
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(heartbeat, "Beat", no_space)
+    stalls.start(group)
+    assert "no heartbeat for this process" in caplog.text and "No space left" in caplog.text
+    assert stalls._started == [] and os.listdir(folder) == []

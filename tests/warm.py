@@ -212,7 +212,7 @@ LAST = {"workers": 0}  # the workers forked for the last run
 # The harness's variables for agnostic's runs (tests/programs/harness.py), read
 # as the program runs: a plain run is the same whatever they say.
 HARNESS = ("AGNOSTIC_TEST_REPLICAS", "AGNOSTIC_TEST_SYNC_BATCH_NORM",
-           "AGNOSTIC_TEST_GLOBAL_VIEW", "AGNOSTIC_TEST_SHARD")
+           "AGNOSTIC_TEST_GLOBAL_VIEW")
 # What torch's launcher (agnostic/launch/local.py) adds to a worker's
 # variables that is read as the program runs, not as Python starts or the
 # engine is imported: a worker with these changed comes from a fork. (The

@@ -165,7 +165,9 @@ def finish(model, history=None, evaluation=None, **extra):
         "evaluation": _plain(evaluation),
         "devices_used": devices_used(model) if model.weights else 0,
     }
-    if os.environ.get("AGNOSTIC_TEST_SHARD") == "1":  # JAX: what each device holds
+    # JAX: what each device holds. (A run with it set starts fresh: the warm
+    # interpreter shares plain runs whatever the harness's variables say.)
+    if os.environ.get("AGNOSTIC_TEST_SHARD") == "1":
         report["bytes_per_device"] = bytes_per_device(model)
     report.update({key: _plain(value) for key, value in extra.items()})
     with open(os.path.join(FOLDER, f"{MODE}.json"), "w") as handle:

@@ -58,7 +58,10 @@ def backend_agnostic_compile(
         shard: JAX, one process: split each large weight and its optimizer
             state over the devices (each holds about 1/N of them) instead of
             copying them on every device, for a model larger than one
-            device. On other plans of several devices, a NotSupportedError.
+            device. torch: each process holds the optimizer state of 1/N of
+            each large weight (ZeRO stage 1; weights stay copied), with
+            Keras's elementwise optimizers. On other plans of several
+            devices, a NotSupportedError.
 
     Returns:
         `model`, compiled.

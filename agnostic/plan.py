@@ -142,7 +142,8 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
         model: the model to train, when it places its layers with
             agnostic.device(): the plan then says where each placed call runs.
         shard: split each large weight and its optimizer state over the
-            devices (JAX, one process: jax-sharded) instead of copying them.
+            devices (JAX, one process: jax-sharded), or the optimizer state
+            over the processes (torch: torch-sharded), instead of copying them.
 
     Returns:
         A frozen `Plan`.
@@ -167,8 +168,14 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
     return sharded(plan, shard) if shard else plan
 
 
-# The strategy that splits weights and optimizer state over the devices.
-SHARDED = {"jax-data-parallel": "jax-sharded"}
+# The strategy that splits weights and optimizer state over the devices, and
+# what it splits.
+SHARDED = {"jax-data-parallel": "jax-sharded", "torch-ddp": "torch-sharded"}
+SPLIT = {
+    "jax-sharded": "each large weight and its optimizer state split over the {n} devices",
+    "torch-sharded": "each process holds the optimizer state of 1/{n} of each large "
+                     "weight (ZeRO stage 1); weights and gradients are copied",
+}
 
 
 def sharded(plan, shard=True):
@@ -178,11 +185,12 @@ def sharded(plan, shard=True):
         raise TypeError(f"`shard` must be True or False. Received: shard={shard!r}")
     if plan.num_replicas < 2 and not plan.placements:
         return plan  # one device holds everything either way
-    if plan.strategy in SHARDED and plan.num_processes == 1 and not plan.placements:
+    one_process = plan.num_processes == 1 or plan.backend != "jax"
+    if plan.strategy in SHARDED and one_process and not plan.placements:
+        strategy = SHARDED[plan.strategy]
+        split = SPLIT[strategy].format(n=plan.num_replicas)
         return dataclasses.replace(
-            plan, strategy=SHARDED[plan.strategy],
-            reason=f"{plan.reason.rstrip('.')}; shard=True: each large weight and its "
-                   f"optimizer state split over the {plan.num_replicas} devices.")
+            plan, strategy=strategy, reason=f"{plan.reason.rstrip('.')}; shard=True: {split}.")
     if plan.placements:
         why = "layers placed with agnostic.device() keep their weights on their devices"
     elif plan.backend == "jax":
@@ -191,7 +199,8 @@ def sharded(plan, shard=True):
         why = f"{plan.backend} does not shard yet"
     raise errors.NotSupportedError(
         f"shard=True splits the weights and optimizer state over the devices on JAX in one "
-        f"process (jax-sharded); this plan is {plan.strategy} on {plan.backend} over "
+        f"process (jax-sharded), and the optimizer state over torch's processes "
+        f"(torch-sharded); this plan is {plan.strategy} on {plan.backend} over "
         f"{plan.num_replicas} devices, where {why}. Train with shard=False (every device "
         "holds the whole model), or with KERAS_BACKEND=jax on one machine. Received: "
         "shard=True")

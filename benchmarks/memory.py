@@ -1,9 +1,12 @@
 """What each device holds with shard=True against replication: the bytes of
-the model's weights and optimizer state on each device (JAX: the addressable
-shards of every array), and the step time each way costs, for one model
-(a multilayer perceptron, `--width` wide, trained with Adam: two slots per
-weight) at 1, 2 and 4 devices. JAX alone: the other engines refuse
-shard=True (docs/sharding.md), and hold the whole model on every device.
+the model's weights and of its optimizer state on each device (JAX: the
+addressable shards of every array; torch: each process's tensors;
+TensorFlow: each device's component of every variable), and the step time
+each way costs, for one model (a multilayer perceptron, `--width` wide,
+trained with Adam: two slots per weight) at 1, 2 and 4 devices, on every
+installed engine. JAX splits weights and optimizer state, torch the
+optimizer state (ZeRO stage 1); TensorFlow refuses shard=True
+(docs/sharding.md) and is measured replicated.
 
     python benchmarks/memory.py              # 1, 2 and 4 devices
     python benchmarks/memory.py --smoke      # seconds: checks it runs
@@ -15,15 +18,19 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
+sys.path.insert(0, common.ROOT)
+from tests.programs.held import bytes_per_device, rank  # noqa: E402
+
 SCRIPT = os.path.abspath(__file__)
 WAYS = ("replicated", "sharded")
+# The engines that shard (TensorFlow refuses shard=True).
+SHARDING = ("jax", "torch")
 
 
 def child(options, shard):
     import keras
     import numpy as np
 
-    sys.path.insert(0, common.ROOT)
     import agnostic
 
     keras.utils.set_random_seed(0)
@@ -42,21 +49,28 @@ def child(options, shard):
     y = rng.integers(0, 10, len(x))
     steps = common.timed_epochs(keras, {"way": model}, ["way"], x, y, options.batch,
                                 options.repeats)["way"]
-    held = {}
-    for variable in list(model.variables) + list(model.optimizer.variables):
-        for shard_ in variable.value.addressable_shards:
-            held[str(shard_.device)] = held.get(str(shard_.device), 0) + shard_.data.nbytes
-    print(json.dumps({"held": held, "step_ms": 1000 * common.median(steps)}))
+    if rank() == 0:  # torch: every process measured its own steps; rank 0 says
+        print(json.dumps({"held": bytes_per_device(model),
+                          "step_ms": 1000 * common.median(steps)}))
 
 
 def table(results):
-    rows = ["| devices | way | weights and optimizer state per device (MB, largest) | "
-            "of the whole | step ms |", "| --- | --- | --- | --- | --- |"]
-    whole = max(r["largest"] for r in results if r["devices"] == 1)
+    rows = ["| engine | devices | way | weights per device (MB) | optimizer state per "
+            "device (MB) | both, of one device's | step ms |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
-        rows.append(f"| {r['devices']} | {r['way']} | {r['largest'] / 1e6:.2f} | "
-                    f"{r['largest'] / whole:.3f} | {r['step_ms']:.1f} |")
+        whole = next(o["both"] for o in results if o["engine"] == r["engine"] and
+                     o["devices"] == 1)
+        rows.append(f"| {r['engine']} | {r['devices']} | {r['way']} | "
+                    f"{r['weights'] / 1e6:.2f} | {r['optimizer'] / 1e6:.2f} | "
+                    f"{r['both'] / whole:.3f} | {r['step_ms']:.1f} |")
     return "\n".join(rows)
+
+
+def ways(engine, devices):
+    if devices == 1:
+        return WAYS[:1]
+    return WAYS if engine in SHARDING else WAYS[:1]
 
 
 def main():
@@ -72,14 +86,19 @@ def main():
         common.smoke_sizes(options)
         options.devices = "1,2"
     results = []
-    for devices in map(int, options.devices.split(",")):
-        for way in WAYS if devices > 1 else WAYS[:1]:
-            arguments = common.child_arguments(options, devices) + (
-                ["--shard"] if way == "sharded" else [])
-            measured = common.run_child(SCRIPT, arguments, "jax", devices)
-            results.append({"engine": "jax", "devices": devices, "way": way,
-                            "largest": max(measured["held"].values()), **measured})
-            print(table(results).splitlines()[-1], flush=True)
+    for engine in common.installed(("jax", "torch", "tensorflow")):
+        for devices in map(int, options.devices.split(",")):
+            for way in ways(engine, devices):
+                arguments = common.child_arguments(options, devices) + (
+                    ["--shard"] if way == "sharded" else [])
+                measured = common.run_child(SCRIPT, arguments, engine, devices)
+                largest = max(measured["held"].values(),
+                              key=lambda sizes: sizes["weights"] + sizes["optimizer"])
+                results.append({"engine": engine, "devices": devices, "way": way,
+                                "step_ms": measured["step_ms"], "held": measured["held"],
+                                "both": largest["weights"] + largest["optimizer"],
+                                **largest})
+                print(table(results).splitlines()[-1], flush=True)
     common.write(options.out, "memory", results, table(results))
     print(table(results))
     return 0

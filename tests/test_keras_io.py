@@ -182,6 +182,28 @@ def test_a_keras_hub_task_model_built_from_its_config(tmp_path):
     assert_trained_on(agnostic, "2")
 
 
+@pytest.mark.skipif(not HAS_TENSORFLOW or ENGINE not in ("jax", "torch"),
+                    reason="shard=True splits on JAX and torch; keras-hub's fit reads "
+                    "arrays through tf.data: the `together` environment runs this test")
+def test_a_keras_hub_task_model_trains_sharded_like_one_device(tmp_path):
+    """A wider BERT classifier from its config, shard=True on 4 devices (JAX)
+    or 2 processes (torch): each holds its share of what it splits (JAX: the
+    weights and optimizer state; torch: the optimizer state)."""
+    replicas = 4 if ENGINE == "jax" else 2
+    plain, sharded = run_both("keras_hub_model", tmp_path, env={
+        "PROGRAM_SIZE": "large", "AGNOSTIC_TEST_SHARD": "1",
+        "AGNOSTIC_TEST_REPLICAS": str(replicas)}, both=True)
+    assert_same_training(plain, sharded)
+    assert_close(plain, sharded, "predictions")
+    whole = {part: sum(sizes[part] for sizes in plain["bytes_per_device"].values())
+             for part in ("weights", "optimizer")}
+    held = list(sharded["bytes_per_device"].values())
+    split = ("weights", "optimizer") if ENGINE == "jax" else ("optimizer",)
+    for part in split:
+        assert max(sizes[part] for sizes in held) <= whole[part] / replicas * 1.10, \
+            (part, held, whole)
+
+
 def test_the_internals_of_training_in_place_name_the_keras_version_when_they_move():
     # agnostic makes a model's engine variables again in the plan's scope
     # through Keras internals (agnostic/compat/keras_variables.py); a Keras

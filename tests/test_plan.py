@@ -349,17 +349,21 @@ def test_a_process_pinned_to_its_own_cores_uses_them_all(monkeypatch):
     assert plan.decide("torch", TWO_GPUS).threads == 2
 
 
-def test_shard_splits_jax_in_one_process_and_is_refused_elsewhere():
+def test_shard_splits_jax_in_one_process_and_torch_and_is_refused_elsewhere():
     chosen = plan.sharded(plan.decide("jax", GPUS_4))
     assert chosen.strategy == "jax-sharded" and chosen.num_replicas == 4
     assert chosen.reason.endswith("shard=True: each large weight and its optimizer state "
                                   "split over the 4 devices.")
     one = plan.decide("jax", GPUS_4, gpus=1)
     assert plan.sharded(one) == one  # one device holds everything either way
-    for engine in ("tensorflow", "torch"):
-        with pytest.raises(agnostic.NotSupportedError,
-                           match=f"where {engine} does not shard yet.*Received: shard=True"):
-            plan.sharded(plan.decide(engine, GPUS_4))
+    split = plan.sharded(plan.decide("torch", GPUS_4))
+    assert (split.strategy, split.num_processes) == ("torch-sharded", 4)
+    assert split.reason.endswith("shard=True: each process holds the optimizer state of 1/4 "
+                                 "of each large weight (ZeRO stage 1); weights and gradients "
+                                 "are copied.")
+    with pytest.raises(agnostic.NotSupportedError,
+                       match="where tensorflow does not shard yet.*Received: shard=True"):
+        plan.sharded(plan.decide("tensorflow", GPUS_4))
     several = dataclasses.replace(plan.decide("jax", GPUS_4), num_processes=2)
     with pytest.raises(agnostic.NotSupportedError, match="JAX over 2 processes does not shard"):
         plan.sharded(several)

@@ -1,8 +1,12 @@
 """shard=True: JAX splits each large weight and its optimizer state over the
-devices and trains like one device; the other engines refuse it before any
-work, naming where it is possible."""
+devices, torch the optimizer state over its processes (ZeRO stage 1), and
+both train like one device; TensorFlow refuses it before any work, naming
+where it is possible."""
+import json
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -21,6 +25,68 @@ from tests.test_programs import (ENGINE, assert_same_history, assert_same_traini
 OVERHEAD = 1.10
 
 
+def total(sizes):
+    """A device's bytes of weights and optimizer state together."""
+    return sizes["weights"] + sizes["optimizer"]
+
+
+SHARDED_SCRIPT = os.path.join(ROOT, "tests", "scripts", "sharded.py")
+
+
+def run_sharded_script(tmp_path, counts, torchrun=False, optimizer=""):
+    """tests/scripts/sharded.py: plain on one device, then sharded on
+    counts[0] devices for an epoch with a backup (`torchrun`: in a group
+    torchrun starts), then resumed sharded on counts[1]; each stage's
+    report, and the plain and resumed weights. `optimizer`: the script's
+    SHARDED_OPTIMIZER."""
+    stages = (("plain", 1), ("first", counts[0]), ("second", counts[1]))
+    env = {"AGNOSTIC_CPU_DEVICES": str(max(counts)), "SHARDED_OPTIMIZER": optimizer}
+    results = {}
+    for stage, devices in stages:
+        if torchrun and stage == "first":
+            results[stage] = under_torchrun(tmp_path, devices, env)
+        else:
+            results[stage] = run_script(SHARDED_SCRIPT, stage, tmp_path, devices, env=env)[0]
+    plain, second = (np.load(tmp_path / f"{stage}.npz") for stage in ("plain", "second"))
+    assert relative_difference([plain[k] for k in plain.files],
+                               [second[k] for k in second.files]) < 1e-5
+    return results
+
+
+def under_torchrun(tmp_path, processes, env):
+    """The script's `first` stage in a group of `processes` torchrun starts."""
+    from agnostic.launch.processes import free_port
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+               str(processes), "--master-port", str(free_port()), SHARDED_SCRIPT, "first",
+               str(tmp_path), str(processes)]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, **env))
+    assert run.returncode == 0, run.stderr[-5000:]
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1  # the chief's
+    return json.loads(lines[0])
+
+
+def assert_loads_into_a_plain_model(tmp_path, results):
+    """The resumed run's files load into plain Keras: its weights file into a
+    model built here, its .keras file whole, the optimizer state included,
+    equal to the one-device run's."""
+    model = keras.Sequential([
+        keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+    model.load_weights(tmp_path / "second.weights.h5")
+    x = np.random.default_rng(0).random((256, 64), dtype="float32")[:8]
+    np.testing.assert_allclose(model.predict(x, verbose=0), results["second"]["predictions"],
+                               atol=1e-5)
+    plain, second = (keras.saving.load_model(tmp_path / f"{stage}.keras")
+                     for stage in ("plain", "second"))
+    assert len(second.optimizer.variables) == len(plain.optimizer.variables) > 10
+    for expected, loaded in zip(plain.optimizer.variables, second.optimizer.variables):
+        np.testing.assert_allclose(np.asarray(loaded), np.asarray(expected), atol=1e-5,
+                                   err_msg=expected.path)
+
+
 if ENGINE == "jax":  # JAX shards; the other engines refuse
 
     @pytest.mark.parametrize("replicas", [2, 4])
@@ -35,11 +101,11 @@ if ENGINE == "jax":  # JAX shards; the other engines refuse
         assert_same_training(plain, sharded)
         assert_same_history(plain, sharded)
         np.testing.assert_allclose(sharded["predictions"], plain["predictions"], atol=1e-5)
-        whole = sum(plain["bytes_per_device"].values())
+        whole = sum(total(sizes) for sizes in plain["bytes_per_device"].values())
         held = sharded["bytes_per_device"]
         assert len(held) == replicas
-        for device, size in held.items():
-            assert size <= whole / replicas * OVERHEAD, (device, size, whole)
+        for device, sizes in held.items():
+            assert total(sizes) <= whole / replicas * OVERHEAD, (device, sizes, whole)
 
     @pytest.mark.parametrize("name", ["batchnorm_cnn", "gan"])
     def test_programs_with_small_weights_train_sharded_like_one_device(name, tmp_path):
@@ -55,24 +121,13 @@ if ENGINE == "jax":  # JAX shards; the other engines refuse
         """Trained sharded on 4 devices for an epoch, resumed sharded on 2 for
         the second: one device's 2 epochs; its saved file loads into a plain
         model; each device held 1/N of the weights and optimizer state."""
-        script = os.path.join(ROOT, "tests", "scripts", "sharded.py")
-        results = {stage: run_script(script, stage, tmp_path, devices)[0]
-                   for stage, devices in (("plain", 1), ("first", 4), ("second", 2))}
-        plain, second = (np.load(tmp_path / f"{stage}.npz") for stage in ("plain", "second"))
-        assert relative_difference([plain[k] for k in plain.files],
-                                   [second[k] for k in second.files]) < 1e-5
-        whole = sum(results["plain"]["bytes_per_device"].values())
+        results = run_sharded_script(tmp_path, (4, 2))
+        whole = sum(total(sizes) for sizes in results["plain"]["bytes_per_device"].values())
         for stage, devices in (("first", 4), ("second", 2)):
             held = results[stage]["bytes_per_device"]
             assert len(held) == devices
-            assert max(held.values()) <= whole / devices * OVERHEAD, (stage, held, whole)
-        model = keras.Sequential([
-            keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
-            keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
-        model.load_weights(tmp_path / "second.weights.h5")
-        np.testing.assert_allclose(
-            model.predict(np.random.default_rng(0).random((256, 64), dtype="float32")[:8],
-                          verbose=0), results["second"]["predictions"], atol=1e-5)
+            assert max(map(total, held.values())) <= whole / devices * OVERHEAD, (stage, held)
+        assert_loads_into_a_plain_model(tmp_path, results)
 
     def test_each_weight_is_split_along_its_largest_dimension_the_devices_divide():
         from agnostic.strategies.jax_sharded import split_axes
@@ -84,12 +139,85 @@ if ENGINE == "jax":  # JAX shards; the other engines refuse
         assert split_axes((64,), 4) == (None,)  # small: copied
         assert split_axes((), 4) == ()
 
+elif ENGINE == "torch":  # each process holds 1/N of the optimizer state
+
+    def test_a_sharded_transformer_trains_like_one_device_each_process_holding_its_share(
+            tmp_path):
+        """keras.io's Transformer text classifier, wider, with a momentum slot
+        per weight, over 2 processes: each holds the whole weights (ZeRO
+        stage 1) and half the momentum (replicated, each would hold all)."""
+        plain, sharded = run_both("transformer_text", tmp_path, env={
+            "PROGRAM_SIZE": "large", "AGNOSTIC_TEST_SHARD": "1",
+            "AGNOSTIC_TEST_REPLICAS": "2"}, both=True)
+        assert_same_training(plain, sharded)
+        assert_same_history(plain, sharded)
+        np.testing.assert_allclose(sharded["predictions"], plain["predictions"], atol=1e-5)
+        assert sharded["devices_used"] == 2
+        whole = plain["bytes_per_device"]["process 0"]
+        held = sharded["bytes_per_device"]["process 0"]
+        assert held["weights"] == whole["weights"]
+        assert held["optimizer"] <= whole["optimizer"] / 2 * OVERHEAD, (held, whole)
+
+    @pytest.mark.parametrize("name", ["batchnorm_cnn", "gan"])
+    def test_programs_with_small_weights_train_sharded_like_one_device(name, tmp_path):
+        """A Conv + BatchNormalization network, and the GAN with its own
+        compile and two optimizers."""
+        plain, sharded = run_both(name, tmp_path, env={"AGNOSTIC_TEST_SHARD": "1"})
+        assert_same_training(plain, sharded)
+        assert sharded["devices_used"] == 2
+
+    @pytest.mark.parametrize("optimizer", ["", "average"])
+    def test_a_sharded_backup_resumes_on_another_process_count_and_saves_a_plain_file(
+            optimizer, tmp_path):
+        """AdamW, its decay and a clip by the norm of all gradients (or Adam
+        with a moving average and gradient accumulation), sharded over 2
+        processes (torchrun's) for an epoch, resumed on 3 the shim starts for
+        the second: one device's 2 epochs; the saved file, optimizer state
+        included, is the one-device run's, whole; each process held 1/N of
+        the optimizer state."""
+        h5py = pytest.importorskip("h5py")  # Keras's own requirement
+        results = run_sharded_script(tmp_path, (2, 3), torchrun=not optimizer,
+                                     optimizer=optimizer)
+        whole = results["plain"]["bytes_per_device"]["process 0"]
+        for stage, processes in (("first", 2), ("second", 3)):
+            held = results[stage]["bytes_per_device"]["process 0"]
+            assert held["optimizer"] <= whole["optimizer"] / processes * OVERHEAD, (stage, held)
+        assert_loads_into_a_plain_model(tmp_path, results)
+        saved = {}
+        for stage in ("plain", "second"):
+            with h5py.File(tmp_path / f"{stage}.weights.h5") as handle:
+                values = {}
+                handle.visititems(lambda name, item: values.__setitem__(name, item[()])
+                                  if isinstance(item, h5py.Dataset) else None)
+                saved[stage] = values
+        assert saved["second"].keys() == saved["plain"].keys()
+        slots = [name for name in saved["plain"] if name.startswith("optimizer/")]
+        assert len(slots) > 10
+        for name, value in saved["plain"].items():
+            np.testing.assert_allclose(saved["second"][name], value, atol=1e-5, err_msg=name)
+
+    @pytest.mark.parametrize("optimizer", ["lamb", "adafactor", "loss_scale"])
+    def test_optimizers_whose_update_is_not_per_value_are_refused_before_any_work(optimizer):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        given = {"lamb": keras.optimizers.Lamb(), "adafactor": "adafactor",
+                 "loss_scale": keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())}
+        name = {"lamb": "'Lamb'", "adafactor": "'adafactor'",
+                "loss_scale": "'LossScaleOptimizer'"}[optimizer]
+        with pytest.raises(errors.NotSupportedError,
+                           match=re.escape("shard=True on torch splits the optimizer state by "
+                                           "slices of each weight, and ") +
+                           f".*its state cannot be split.*Received: optimizer={name}"):
+            agnostic.backend_agnostic_compile(model, optimizer=given[optimizer], loss="mse",
+                                              gpus=2, shard=True)
+        assert getattr(model, "optimizer", None) is None  # nothing was done
+
 else:
 
-    def test_engines_that_do_not_shard_refuse_it_before_any_work():
+    def test_tensorflow_refuses_it_before_any_work():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
         message = re.escape("shard=True splits the weights and optimizer state over the devices "
-                            "on JAX in one process (jax-sharded); this plan is ")
+                            "on JAX in one process (jax-sharded), and the optimizer state "
+                            "over torch's processes (torch-sharded); this plan is ")
         with pytest.raises(errors.NotSupportedError, match=message + ".*Received: shard=True"):
             agnostic.backend_agnostic_compile(model, optimizer="sgd", loss="mse", gpus=2,
                                               shard=True)

@@ -14,7 +14,7 @@ from typing import Callable, Tuple
 from agnostic import errors
 from agnostic.compat import (batch_norm_moments, fit_resume, jax_joined, jax_on_batch,
                              jax_uneven_batches, keras_fit, keras_nodes, keras_variables, layer_losses,
-                             mxnet_kvstore, random_draws,
+                             mxnet_kvstore, optimizer_slices, random_draws,
                              shuffle_order, step_logs, tf_central_metrics, tf_collective_keys,
                              tf_collective_server, tf_first_batch, tf_gradients,
                              tf_on_batch, tf_worker_logs,
@@ -69,6 +69,9 @@ ENTRIES = (
     Entry("torch_keras_ddp", "The forward pass runs through DistributedDataParallel where "
           "Keras does not (3.16 does in its own step).", ("torch",), KERAS_3,
           torch_keras_ddp.probe),
+    Entry("optimizer_slices", "An optimizer updating a slice of each weight clips and "
+          "decays as on the whole weights (torch-sharded).", ("torch",), KERAS_3,
+          optimizer_slices.probe),
     Entry("jax_joined", "The program's own jax.distributed.initialize, where agnostic has "
           "joined the job, is that join.", ("jax",), KERAS_3, jax_joined.probe),
     Entry("jax_on_batch", "train_on_batch and test_on_batch under a keras.distribution "

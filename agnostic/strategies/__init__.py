@@ -17,6 +17,7 @@ STRATEGIES = {
         "agnostic.strategies.torch_device_parallel:TorchDeviceParallelStrategy",
     "jax-model-parallel": "agnostic.strategies.jax_model_parallel:JaxModelParallelStrategy",
     "jax-sharded": "agnostic.strategies.jax_sharded:JaxShardedStrategy",
+    "torch-sharded": "agnostic.strategies.torch_sharded:TorchShardedStrategy",
 }
 
 

@@ -69,8 +69,11 @@ class TorchDDPStrategy(base.Strategy):
         # Not yet where Keras 3.16 trains under DistributedDataParallel
         # itself: its processes compute on their own shares there.
         global_view = self.global_view and not torch_keras_ddp.keras_is_data_parallel(model)
+        optimizers = in_place.optimizers(model, call)
+        # Before the gradients' averaging wraps them: it runs first.
+        self.split_optimizer_state(model, optimizers, group.rank, group.world_size)
         torch_gradients.average(model, group.world_size, self.multi_device,
-                                in_place.optimizers(model, call), by_keras, global_view)
+                                optimizers, by_keras, global_view)
         if not global_view:  # else every process's metrics hold the whole batch's
             if not torch_keras_ddp.keras_is_data_parallel(model):
                 _aggregate_metrics(model)
@@ -84,6 +87,10 @@ class TorchDDPStrategy(base.Strategy):
         pipeline.wrap(model, group.world_size, processes=processes, even_shares=False,
                       per_replica_calls=True)
         return model
+
+    def split_optimizer_state(self, model, optimizers, rank, world_size):
+        """Where each process keeps part of the optimizer state
+        (torch-sharded); here every process keeps all of it."""
 
 
 def _share_the_cores(threads):

@@ -17,6 +17,8 @@ sys.path.insert(0, ROOT)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from tests.programs.held import bytes_per_device  # noqa: E402
+
 MODE, FOLDER = sys.argv[1], sys.argv[2]
 if MODE == "agnostic":
     # Imported before the program builds its model, as a user's script
@@ -43,18 +45,6 @@ def compile(model, *args, **kwargs):
     agnostic.backend_agnostic_compile(model, *args, gpus=REPLICAS, sync_batch_norm=sync,
                                       global_view=whole, shard=shard, **kwargs)
     return model
-
-
-def bytes_per_device(model):
-    """JAX: the bytes of the model's and its optimizer's variables that each
-    device holds (the addressable shards of every array), by device."""
-    held = {}
-    optimizer = getattr(model, "optimizer", None)
-    for variable in list(model.variables) + list(getattr(optimizer, "variables", [])):
-        for shard in variable.value.addressable_shards:
-            name = str(shard.device)
-            held[name] = held.get(name, 0) + shard.data.nbytes
-    return held
 
 
 def devices_used(model):
@@ -165,7 +155,7 @@ def finish(model, history=None, evaluation=None, **extra):
         "evaluation": _plain(evaluation),
         "devices_used": devices_used(model) if model.weights else 0,
     }
-    # JAX: what each device holds. (A run with it set starts fresh: the warm
+    # What each device holds. (A run with it set starts fresh: the warm
     # interpreter shares plain runs whatever the harness's variables say.)
     if os.environ.get("AGNOSTIC_TEST_SHARD") == "1":
         report["bytes_per_device"] = bytes_per_device(model)

@@ -5,8 +5,12 @@ count, as `python sharded.py STAGE FOLDER DEVICES`:
 - first: shard=True on DEVICES, 1 epoch, with BackupAndRestore (kept);
 - second: shard=True on DEVICES, 2 epochs, resuming from that backup.
 
-Each writes FOLDER/STAGE.npz (its weights) and FOLDER/STAGE.weights.h5 (saved
-by the model), and prints the bytes each device holds and its predictions.
+SHARDED_OPTIMIZER=average: Adam with a moving average and gradient
+accumulation; else AdamW with decay and a clip by the global norm.
+
+Each writes FOLDER/STAGE.npz (its weights), FOLDER/STAGE.weights.h5 and
+FOLDER/STAGE.keras (saved by the model), and prints the bytes each device holds (torch: rank 0) and its
+predictions.
 """
 import json
 import os
@@ -16,6 +20,10 @@ import keras
 import numpy as np
 
 import agnostic
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from tests.programs.held import bytes_per_device, rank  # noqa: E402
 
 STAGE, FOLDER, DEVICES = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -30,20 +38,19 @@ def build():
     ])
 
 
-def held(model):
-    sizes = {}
-    for variable in list(model.variables) + list(model.optimizer.variables):
-        for shard in variable.value.addressable_shards:
-            sizes[str(shard.device)] = sizes.get(str(shard.device), 0) + shard.data.nbytes
-    return sizes
-
-
 def main():
     rng = np.random.default_rng(0)
     x = rng.random((256, 64), dtype="float32")
     y = rng.integers(0, 10, 256)
     model = build()
-    arguments = dict(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+    if os.environ.get("SHARDED_OPTIMIZER") == "average":
+        # Slots of four kinds: moments, an average written into the weights
+        # every 3 steps and at the end, gradients accumulated over 2 steps.
+        optimizer = keras.optimizers.Adam(0.002, use_ema=True, ema_overwrite_frequency=3,
+                                          gradient_accumulation_steps=2, clipvalue=0.01)
+    else:  # decay and a clip by the norm of all gradients: neither is per value
+        optimizer = keras.optimizers.AdamW(0.002, weight_decay=0.05, global_clipnorm=1.0)
+    arguments = dict(optimizer=optimizer,
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     callbacks = []
     if STAGE == "plain":
@@ -55,10 +62,13 @@ def main():
     epochs = 1 if STAGE == "first" else 2
     model.fit(x, y, batch_size=32, epochs=epochs, shuffle=False, verbose=0,
               callbacks=callbacks)
-    model.save_weights(os.path.join(FOLDER, f"{STAGE}.weights.h5"))
-    np.savez(os.path.join(FOLDER, f"{STAGE}.npz"), *model.get_weights())
-    print(json.dumps({"bytes_per_device": held(model),
-                      "predictions": model.predict(x[:8], verbose=0).tolist()}))
+    model.save_weights(os.path.join(FOLDER, f"{STAGE}.weights.h5"))  # every process
+    model.save(os.path.join(FOLDER, f"{STAGE}.keras"))
+    predictions = model.predict(x[:8], verbose=0).tolist()
+    if rank() == 0:
+        np.savez(os.path.join(FOLDER, f"{STAGE}.npz"), *model.get_weights())
+        print(json.dumps({"bytes_per_device": bytes_per_device(model),
+                          "predictions": predictions}))
 
 
 if __name__ == "__main__":

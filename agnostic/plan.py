@@ -185,18 +185,12 @@ def sharded(plan, shard=True):
         raise TypeError(f"`shard` must be True or False. Received: shard={shard!r}")
     if plan.num_replicas < 2 and not plan.placements:
         return plan  # one device holds everything either way
-    one_process = plan.num_processes == 1 or plan.backend != "jax"
-    if plan.strategy in SHARDED and one_process and not plan.placements:
+    why = unsplittable(plan)
+    if why is None:
         strategy = SHARDED[plan.strategy]
         split = SPLIT[strategy].format(n=plan.num_replicas)
         return dataclasses.replace(
             plan, strategy=strategy, reason=f"{plan.reason.rstrip('.')}; shard=True: {split}.")
-    if plan.placements:
-        why = "layers placed with agnostic.device() keep their weights on their devices"
-    elif plan.backend == "jax":
-        why = f"JAX over {plan.num_processes} processes does not shard yet"
-    else:
-        why = f"{plan.backend} does not shard yet"
     raise errors.NotSupportedError(
         f"shard=True splits the weights and optimizer state over the devices on JAX in one "
         f"process (jax-sharded), and the optimizer state over torch's processes "
@@ -204,6 +198,17 @@ def sharded(plan, shard=True):
         f"{plan.num_replicas} devices, where {why}. Train with shard=False (every device "
         "holds the whole model), or with KERAS_BACKEND=jax on one machine. Received: "
         "shard=True")
+
+
+def unsplittable(plan):
+    """Why shard=True cannot split `plan` (of several devices), or None."""
+    if plan.placements:
+        return "layers placed with agnostic.device() keep their weights on their devices"
+    if plan.strategy in SHARDED and (plan.num_processes == 1 or plan.backend != "jax"):
+        return None
+    if plan.backend == "jax":
+        return f"JAX over {plan.num_processes} processes does not shard yet"
+    return f"{plan.backend} does not shard yet"
 
 
 def whole_numbers(gpus):

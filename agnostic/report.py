@@ -154,7 +154,8 @@ def _plan():
         replicas=chosen.num_replicas, processes=chosen.num_processes,
         process_id=chosen.process_id, devices=list(chosen.devices), reason=chosen.reason,
         threads=chosen.threads_reason or None, warning=chosen.fallback_warning,
-        placements=placement.describe(chosen.backend, devices.list_devices(chosen.backend)))
+        placements=placement.describe(chosen.backend, devices.list_devices(chosen.backend)),
+        shard=_shard(plan, chosen))
     if chosen.backend in PROBES:
         namespace = {}
         try:
@@ -163,6 +164,17 @@ def _plan():
         except Exception as error:  # noqa: BLE001 - said in the report
             answers["engine"] = {"error": f"{type(error).__name__}: {error}"}
     return answers
+
+
+def _shard(plan, chosen):
+    """What shard=True would split with this plan, or why it is refused."""
+    if chosen.num_replicas < 2 and not chosen.placements:
+        return "nothing to split on one device"
+    why = plan.unsplittable(chosen)
+    if why is not None:
+        return f"refused: {chosen.strategy} on {chosen.backend}, where {why}"
+    split = plan.sharded(chosen)
+    return f"strategy {split.strategy}: {plan.SPLIT[split.strategy].format(n=split.num_replicas)}"
 
 
 def _memory_gb():
@@ -235,6 +247,8 @@ def text(report):
     if plan.get("warning"):  # what backend_agnostic_compile would warn
         lines.append(f"warning: {plan['warning']}")
     lines.append(f"placements: {plan['placements']}")
+    if plan.get("shard"):
+        lines.append(f"shard=True: {plan['shard']}")
     return "\n".join(lines)
 
 

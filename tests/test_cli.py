@@ -57,6 +57,15 @@ def test_info_reports_versions_and_the_plan():
                   "mxnet": "agnostic.device() placements are ignored on mxnet"}
     if backend in placements:
         assert placements[backend] in result.stdout
+    # What shard=True would split here, or why it is refused.
+    shard = {"jax": "shard=True: strategy jax-sharded: each large weight and its optimizer "
+                    "state split over the", "torch": "shard=True: strategy torch-sharded: each "
+                    "process holds the optimizer state of 1/", "tensorflow": "shard=True: "
+                    "refused: tf-mirrored on tensorflow, where tensorflow does not shard yet",
+             "mxnet": "shard=True: refused: mxnet-context on mxnet, where mxnet does not "
+                      "shard yet"}
+    if backend in shard and cpu_devices() > 1:
+        assert shard[backend] in result.stdout, result.stdout
     if backend in ("tensorflow", "jax", "torch") and cpu_devices() > 1:
         assert f"agnostic.device(i), i in 0 to {cpu_devices() - 1}, runs a layer call on " \
                "device i (0: " in result.stdout

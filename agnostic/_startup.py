@@ -52,14 +52,18 @@ except ImportError:
 # The TensorFlow workers' strategy, made as TensorFlow is imported: the
 # strategy (or the error that prevented it) under "strategy" / "error".
 TF_WORKERS = {}
-JOIN_VARIABLE = "AGNOSTIC_JOIN_SECONDS"
+JOIN_VARIABLE = cluster_lib.JOIN_VARIABLE
 JOIN_FLAG = "AGNOSTIC_JOIN"
 
 
 def join_seconds():
-    """How long processes wait for each other as the engine starts."""
-    raw = os.environ.get(JOIN_VARIABLE, "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else 60
+    """How long processes wait for each other as the engine starts (a bad
+    value, refused by check_variables, is the default here: nothing can be
+    raised at start-up)."""
+    try:
+        return cluster_lib.join_seconds()
+    except errors.LaunchError:
+        return cluster_lib.JOIN_SECONDS
 
 
 def check_variables(environ=None):
@@ -75,12 +79,7 @@ def check_variables(environ=None):
             f"use agnostic join. Received: {JOIN_FLAG}={flag!r}"
         )
     stalls.stall_seconds(environ)
-    seconds = environ.get(JOIN_VARIABLE, "").strip()
-    if seconds and not (seconds.isdigit() and int(seconds) > 0):
-        raise errors.LaunchError(
-            f"{JOIN_VARIABLE} must be a whole number of seconds, 1 or more (default "
-            f"60), such as {JOIN_VARIABLE}=300. Received: {JOIN_VARIABLE}={seconds!r}"
-        )
+    cluster_lib.join_seconds(environ)
 
 
 def _split_tensorflow(tf, count):

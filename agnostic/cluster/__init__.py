@@ -34,6 +34,9 @@ ORDER = (
 REQUESTED = ("agnostic-launch", "keras-distribution", "tf-config", "rank-variables")
 # A coordinator port the same on every process of a job, from the job's id,
 # where the scheduler names none.
+# How long processes and nodes wait for each other to join (join_seconds).
+JOIN_SECONDS = 60
+JOIN_VARIABLE = "AGNOSTIC_JOIN_SECONDS"
 PORT_BASE = 15000
 PORT_RANGE = 20000
 
@@ -113,6 +116,37 @@ def whole_number(environ, name, default=None, least=0):
         raise errors.LaunchError(
             f"{name} must be a whole number of at least {least}. Received: {name}={raw!r}"
         )
+    return value
+
+
+def join_seconds(environ=None):
+    """How long processes and nodes wait for each other to join:
+    AGNOSTIC_JOIN_SECONDS, else JOIN_SECONDS; a LaunchError for a value
+    that is not a whole number of seconds, 1 or more."""
+    raw = (os.environ if environ is None else environ).get(JOIN_VARIABLE, "").strip()
+    if not raw:
+        return JOIN_SECONDS
+    if not (raw.isdigit() and int(raw) > 0):
+        raise errors.LaunchError(
+            f"{JOIN_VARIABLE} must be a whole number of seconds, 1 or more (default "
+            f"{JOIN_SECONDS}), such as {JOIN_VARIABLE}=300. Received: {JOIN_VARIABLE}={raw!r}")
+    return int(raw)
+
+
+def seconds(environ, name, default, meaning, error=errors.LaunchError):
+    """`environ[name]` as a number of seconds, 0 or more, else `default`
+    where it is unset; or `error` saying `meaning` (what the seconds are,
+    then the default's parenthesis) with the value received."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise error(f"{name} must be a number of seconds, 0 or more: {meaning}. "
+                    f"Received: {name}={raw!r}")
     return value
 
 

@@ -97,6 +97,7 @@ def held(address, port):
 
 
 def host_port(address, port):
+    """HOST:PORT, an IPv6 address in brackets: [::1]:29500."""
     bare = ":" in address and not address.startswith("[")
     return f"[{address}]:{port}" if bare else f"{address}:{port}"
 

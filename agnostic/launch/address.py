@@ -1,11 +1,13 @@
 """Node 0's address: --master HOST:PORT (and torchrun's --rdzv-endpoint),
 --master-addr and --master-port, --standalone's free port. An IPv6 address
 is written in brackets with its port ([::1]:29500) and kept without them
-(::1); whatever builds HOST:PORT from it again uses `host_port`."""
+(::1); whatever builds HOST:PORT from it again uses cluster.listen's
+`host_port`."""
 import shlex
 import socket
 
 from agnostic import errors
+from agnostic.cluster import listen
 from agnostic.launch import processes
 
 TORCH_PORT_OFFSET = 1
@@ -13,11 +15,6 @@ JAX_PORT_OFFSET = 2
 HIGHEST_MASTER_PORT = 65535 - JAX_PORT_OFFSET
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_MASTER_PORT = 29500  # torchrun's; the launcher also takes PORT+1 and PORT+2
-
-
-def host_port(host, port):
-    """HOST:PORT, an IPv6 address in brackets: [::1]:29500."""
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 def show(value):
@@ -135,18 +132,9 @@ def free_master_port(attempts=100):
     for _ in range(attempts):
         port = processes.free_port()
         if port <= HIGHEST_MASTER_PORT and all(
-                _is_free(port + offset) for offset in (TORCH_PORT_OFFSET, JAX_PORT_OFFSET)):
+                listen.held("", port + offset) is None for offset in (TORCH_PORT_OFFSET, JAX_PORT_OFFSET)):
             return port
     raise errors.LaunchError(
         f"--standalone found no free port P with P+1 and P+2 free too in {attempts} "
         "tries. Drop --standalone and give one: --master-port PORT."
     )
-
-
-def _is_free(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(("", port))
-        except OSError:
-            return False
-    return True

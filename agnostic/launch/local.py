@@ -94,20 +94,10 @@ def script_command():
 def exit_seconds():
     """How long rank 0 waits for its workers after it ended: AGNOSTIC_EXIT_SECONDS,
     else EXIT_WAIT_SECONDS; a clear error for a value that is not a number >= 0."""
-    value = os.environ.get(EXIT_VARIABLE, "").strip()
-    if not value:
-        return EXIT_WAIT_SECONDS
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):
-        raise errors.PreemptionSettingError(
-            f"{EXIT_VARIABLE} must be a number of seconds, 0 or more: how long rank 0 "
-            f"waits for its workers after it ended (default {EXIT_WAIT_SECONDS}). "
-            f"Received: {EXIT_VARIABLE}={value!r}"
-        )
-    return seconds
+    return cluster.seconds(
+        os.environ, EXIT_VARIABLE, EXIT_WAIT_SECONDS,
+        f"how long rank 0 waits for its workers after it ended (default {EXIT_WAIT_SECONDS})",
+        error=errors.PreemptionSettingError)
 
 
 def _duplicate(descriptor):

@@ -21,8 +21,9 @@ import tempfile
 import time
 
 from agnostic import devices, preemption
+from agnostic.cluster.listen import host_port
 from agnostic.launch import heartbeat, output, processes, rendezvous, secret, stalls
-from agnostic.launch.address import JAX_PORT_OFFSET, TORCH_PORT_OFFSET, host_port
+from agnostic.launch.address import JAX_PORT_OFFSET, TORCH_PORT_OFFSET
 from agnostic.launch.settings import check_command
 
 logger = logging.getLogger("agnostic")

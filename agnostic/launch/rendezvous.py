@@ -25,13 +25,12 @@ import time
 from typing import List, Optional, Tuple
 
 from agnostic import errors
+from agnostic.cluster import join_seconds
 from agnostic.launch import channel, processes
-from agnostic.launch.address import host_port
+from agnostic.cluster.listen import host_port
 
 logger = logging.getLogger("agnostic")
 
-JOIN_SECONDS = 60  # unless AGNOSTIC_JOIN_SECONDS says otherwise
-JOIN_VARIABLE = "AGNOSTIC_JOIN_SECONDS"
 ANSWER_SECONDS = 10  # for a new connection to prove the secret
 MAX_WAITING = 64  # connections still to prove it; the oldest goes first
 CLUSTER_LIMIT = 1 << 24  # bytes in the line that holds the cluster
@@ -59,18 +58,6 @@ class Cluster:
 
     def worker_addresses(self):
         return [host_port(node.host, port) for node in self.nodes for port in node.ports]
-
-
-def join_seconds(environ=None):
-    """How long nodes wait for each other: AGNOSTIC_JOIN_SECONDS, else 60."""
-    raw = (os.environ if environ is None else environ).get(JOIN_VARIABLE, "").strip()
-    if not raw:
-        return JOIN_SECONDS
-    if not (raw.isdigit() and int(raw) > 0):
-        raise errors.LaunchError(
-            f"{JOIN_VARIABLE} must be a whole number of seconds, 1 or more (default "
-            f"{JOIN_SECONDS}), such as {JOIN_VARIABLE}=300. Received: {JOIN_VARIABLE}={raw!r}")
-    return int(raw)
 
 
 def _is_address(host):

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 
-from agnostic import errors
+from agnostic import cluster, errors
 from agnostic.launch import heartbeat
 from agnostic.launch.heartbeat import STALL_VARIABLE
 
@@ -34,20 +34,10 @@ FOLDER_VARIABLE = "AGNOSTIC_HEARTBEATS"
 def stall_seconds(environ=None):
     """AGNOSTIC_STALL_SECONDS as seconds (0: off), else STALL_SECONDS; a
     clear error for a value that is not a number of seconds."""
-    environ = os.environ if environ is None else environ
-    value = environ.get(STALL_VARIABLE, "").strip()
-    if not value:
-        return STALL_SECONDS
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise errors.LaunchError(
-            f"{STALL_VARIABLE} must be a number of seconds, 0 or more: how long a process "
-            f"of a group may stop answering before it is ended and named (default "
-            f"{STALL_SECONDS}; 0 turns the watch off). Received: {STALL_VARIABLE}={value!r}")
-    return seconds
+    return cluster.seconds(
+        os.environ if environ is None else environ, STALL_VARIABLE, STALL_SECONDS,
+        "how long a process of a group may stop answering before it is ended and named "
+        f"(default {STALL_SECONDS}; 0 turns the watch off)")
 
 
 def watch_peers(folder, seconds, ranks, act):

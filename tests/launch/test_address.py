@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from agnostic.cluster import listen
 from agnostic.launch import address, nodes, rendezvous, settings
 from tests.launch.launching import start
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.engine_free
     ("::1", 29502, "[::1]:29502"), ("2001:db8::5", 1, "[2001:db8::5]:1"),
     ("10.0.0.1", 29502, "10.0.0.1:29502"), ("node0.example", 7, "node0.example:7")])
 def test_host_port_brackets_ipv6(host, port, written):
-    assert address.host_port(host, port) == written
+    assert listen.host_port(host, port) == written
 
 
 @pytest.mark.parametrize("master, host", [("[::1]:29600", "::1"),

@@ -95,7 +95,7 @@ def test_master_must_be_host_and_port(master):
 
 
 def test_unreachable_master_is_reported(monkeypatch):
-    monkeypatch.setattr(rendezvous, "JOIN_SECONDS", 2)
+    monkeypatch.setenv("AGNOSTIC_JOIN_SECONDS", "2")
     port = processes.free_port()  # nobody listens there
     began = time.monotonic()
     with pytest.raises(errors.LaunchError, match=f"Cannot reach the master 127.0.0.1:{port}"):
@@ -113,7 +113,7 @@ def test_master_port_in_use_is_reported():
 
 
 def test_a_node_that_never_joins_is_named(monkeypatch):
-    monkeypatch.setattr(rendezvous, "JOIN_SECONDS", 1)
+    monkeypatch.setenv("AGNOSTIC_JOIN_SECONDS", "1")
     leader = rendezvous.Leader("127.0.0.1", processes.free_port(), 3, 1, SECRET)
     with pytest.raises(errors.LaunchError, match=r"Node\(s\) \[1, 2\] did not join within 1 s"):
         leader.gather()

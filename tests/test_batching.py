@@ -6,9 +6,11 @@ import agnostic
 from agnostic import batching
 
 
-def test_even_batches_pass():
-    batching.check_split("fit", 96, 16, 4)
-    batching.check_split("fit", 101, 16, 1)
+def test_even_batches_pass_and_a_last_batch_that_does_not_split_is_refused():
+    assert batching.check_split("fit", 96, 16, 4) is None
+    assert batching.check_split("fit", 101, 16, 1) is None  # one replica takes any batch
+    with pytest.raises(agnostic.BatchSplitError, match="leave a last batch of 1 samples"):
+        batching.check_split("fit", 97, 16, 4)
 
 
 def test_batch_size_not_a_multiple_of_replicas():
@@ -29,7 +31,10 @@ def test_any_sample_count_that_is_a_multiple_of_the_replicas_splits():
     # B is a multiple of R, so the last batch is a multiple of R exactly when
     # the sample count is: that is the fix the error names.
     for samples in range(64, 200, 4):
-        batching.check_split("fit", samples, 24, 4)
+        assert batching.check_split("fit", samples, 24, 4) is None
+        for more in (1, 2, 3):  # not a multiple of 4: nor is the last batch
+            with pytest.raises(agnostic.BatchSplitError):
+                batching.check_split("fit", samples + more, 24, 4)
 
 
 def test_check_call_reads_fit_arguments():

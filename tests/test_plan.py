@@ -104,8 +104,9 @@ def test_engine_without_multi_device_path_warns(backend):
 
 def test_plan_is_frozen():
     chosen = plan.decide("tensorflow", GPUS_4)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         chosen.strategy = "other"
+    assert chosen.strategy == "tf-mirrored"
 
 
 @pytest.mark.parametrize(

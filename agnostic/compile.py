@@ -55,7 +55,7 @@ def backend_agnostic_compile(
             computes its losses and metrics on its own share (no gather of
             the batch; one device's only for means over rows). JAX's one
             program always sees the global batch.
-        shard: JAX, one process: split each large weight and its optimizer
+        shard: JAX: split each large weight and its optimizer
             state over the devices (each holds about 1/N of them) instead of
             copying them on every device, for a model larger than one
             device. torch: each process holds the optimizer state of 1/N of

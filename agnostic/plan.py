@@ -142,7 +142,7 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
         model: the model to train, when it places its layers with
             agnostic.device(): the plan then says where each placed call runs.
         shard: split each large weight and its optimizer state over the
-            devices (JAX, one process: jax-sharded), or the optimizer state
+            devices (JAX: jax-sharded), or the optimizer state
             over the processes (torch: torch-sharded), instead of copying them.
 
     Returns:
@@ -192,22 +192,19 @@ def sharded(plan, shard=True):
         return dataclasses.replace(
             plan, strategy=strategy, reason=f"{plan.reason.rstrip('.')}; shard=True: {split}.")
     raise errors.NotSupportedError(
-        f"shard=True splits the weights and optimizer state over the devices on JAX in one "
-        f"process (jax-sharded), and the optimizer state over torch's processes "
+        f"shard=True splits the weights and optimizer state over the devices on JAX "
+        f"(jax-sharded), and the optimizer state over torch's processes "
         f"(torch-sharded); this plan is {plan.strategy} on {plan.backend} over "
         f"{plan.num_replicas} devices, where {why}. Train with shard=False (every device "
-        "holds the whole model), or with KERAS_BACKEND=jax on one machine. Received: "
-        "shard=True")
+        "holds the whole model), or with KERAS_BACKEND=jax. Received: shard=True")
 
 
 def unsplittable(plan):
     """Why shard=True cannot split `plan` (of several devices), or None."""
     if plan.placements:
         return "layers placed with agnostic.device() keep their weights on their devices"
-    if plan.strategy in SHARDED and (plan.num_processes == 1 or plan.backend != "jax"):
+    if plan.strategy in SHARDED:
         return None
-    if plan.backend == "jax":
-        return f"JAX over {plan.num_processes} processes does not shard yet"
     return f"{plan.backend} does not shard yet"
 
 

@@ -159,10 +159,16 @@ def rekeyed(optimizer):
 
 
 @contextlib.contextmanager
-def local_values(variables):
-    """JAX, several processes: each variable holds this process's own copy
-    of its value (replicated: every device has all of it) while the block
-    runs, then its value over every process's devices again."""
+def local_values(variables, on_host=False):
+    """JAX, several processes: each variable holds this process's own whole
+    copy of its value while the block runs (replicated: its first device's;
+    split over the processes, shard=True: gathered from every process, which
+    must all enter), then its value over every process's devices again.
+    `on_host`: a gathered value stays in host memory (a save reads it there),
+    not on the first device."""
+    import jax
+    from jax.experimental import multihost_utils
+
     kept = []
     for variable in variables:
         value = variable.value
@@ -172,7 +178,12 @@ def local_values(variables):
         # Without a layout, what Keras writes back after predict stays
         # local; a copy, since predict donates the buffers it is given.
         kept.append((variable, value, variable._layout))
-        variable._value, variable._layout = shards[0].data.copy(), None
+        if value.sharding.is_fully_replicated:
+            local = shards[0].data.copy()
+        else:
+            whole = multihost_utils.process_allgather(value, tiled=True)
+            local = whole if on_host else jax.device_put(whole, shards[0].device)
+        variable._value, variable._layout = local, None
     try:
         yield
     finally:

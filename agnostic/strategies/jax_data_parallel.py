@@ -20,7 +20,7 @@ class JaxDataParallelStrategy(base.Strategy):
         plan = self.plan
         users_distribution(plan)
         if plan.num_processes > 1:
-            _same_weights_everywhere(model)
+            same_weights_everywhere(model)
         # agnostic gives each process its own shard (Keras would shard only
         # tf.data datasets), so Keras is told the data is already sharded.
         distribution = keras.distribution.DataParallel(
@@ -34,12 +34,19 @@ class JaxDataParallelStrategy(base.Strategy):
             pipeline.wrap(model, plan.num_replicas,
                           scope=jax_uneven_batches.allow(distribution), even_shares=False)
             return model
-        processes = pipeline.Processes(plan.process_id, plan.num_processes,
-                                       barrier=_barrier, share=collectives.jax_share)
-        pipeline.wrap(model, plan.num_replicas, scope=distribution.scope,
-                      processes=processes, predict_scope=lambda: _locally(model))
-        _save_outside_the_mesh(model)
+        across_processes(model, plan, distribution)
         return model
+
+
+def across_processes(model, plan, distribution):
+    """fit, evaluate and predict of a model over several processes' devices:
+    each process feeds its part of every batch, predicts on its own devices,
+    and only the chief writes files."""
+    processes = pipeline.Processes(plan.process_id, plan.num_processes,
+                                   barrier=_barrier, share=collectives.jax_share)
+    pipeline.wrap(model, plan.num_replicas, scope=distribution.scope,
+                  processes=processes, predict_scope=lambda: _locally(model))
+    _save_outside_the_mesh(model)
 
 
 def made_again_when_frozen(model):
@@ -139,7 +146,8 @@ def _save_outside_the_mesh(model):
 def _locally(model):
     """Each process predicts every sample on its own devices: a prediction
     spread over several processes' devices cannot be read back as one
-    array. The model's variables hold this process's copy meanwhile."""
+    array. The model's variables hold this process's whole copy meanwhile
+    (a variable split over the processes gathered: every process predicts)."""
     import keras
 
     active = keras.distribution.distribution()
@@ -157,7 +165,7 @@ def _barrier():
     multihost_utils.sync_global_devices("agnostic: a file was saved")
 
 
-def _same_weights_everywhere(model):
+def same_weights_everywhere(model):
     from jax.experimental import multihost_utils
 
     weights = multihost_utils.broadcast_one_to_all(model.get_weights())

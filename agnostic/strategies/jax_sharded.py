@@ -1,5 +1,5 @@
 """jax-sharded: each large weight and its optimizer state split over the
-devices of one process (shard=True), as FSDP and ZeRO-3 do: XLA's partitioner
+devices (shard=True), as FSDP and ZeRO-3 do: XLA's partitioner
 gathers a weight where a step computes with it and reduce-scatters its
 gradient, so each device keeps about 1/N of the weights and of the optimizer
 state.
@@ -12,11 +12,16 @@ each variable's shape as it is made, so a model built later (a subclassed
 model's first call, the optimizer's slots in fit) is made split, never whole
 first; a model built before the call is split when agnostic makes its
 variables again on the mesh.
+
+Over several processes (agnostic launch, a scheduler) the mesh is every
+process's devices, each process feeding its part of every batch; a save
+and a prediction gather each variable whole in every process for their
+time (jax_data_parallel.across_processes, compat/keras_variables.py).
 """
 import math
 
-from agnostic import in_place, pipeline
-from agnostic.compat import jax_uneven_batches
+from agnostic import in_place, methods, pipeline
+from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base, jax_data_parallel
 
 AXIS = "batch"
@@ -42,15 +47,42 @@ class JaxShardedStrategy(base.Strategy):
     def compile(self, model, call):
         import keras
 
-        jax_data_parallel.users_distribution(self.plan)  # a ModelParallel of its own: refused
-        devices = list(self.plan.devices)
+        plan = self.plan
+        jax_data_parallel.users_distribution(plan)  # a ModelParallel of its own: refused
+        if plan.num_processes > 1:
+            jax_data_parallel.same_weights_everywhere(model)
+        devices = list(plan.devices)
         mesh = keras.distribution.DeviceMesh((len(devices),), (AXIS,), devices=devices)
         distribution = _distribution(keras, mesh)
+        # agnostic gives each process its own part of the data (as jax-data-parallel).
+        distribution.auto_shard_dataset = plan.num_processes == 1
         in_place.compile_in(model, distribution.scope(), call)
         jax_data_parallel.made_again_when_frozen(model)
-        pipeline.wrap(model, self.plan.num_replicas,
-                      scope=jax_uneven_batches.allow(distribution), even_shares=False)
+        if plan.num_processes == 1:
+            pipeline.wrap(model, plan.num_replicas,
+                          scope=jax_uneven_batches.allow(distribution), even_shares=False)
+            return model
+        jax_data_parallel.across_processes(model, plan, distribution)
+        for name in ("save", "save_weights"):  # every process gathers, the chief writes
+            if hasattr(model, name):
+                methods.wrap_method(model, name, _gathered_first(model))
         return model
+
+
+def _gathered_first(model):
+    """A save of a model split over several processes: every process
+    gathers each variable whole (the chief writes it), then holds its part
+    again."""
+    def wrap(save):
+        def run(*args, **kwargs):
+            optimizer = getattr(model, "optimizer", None)
+            variables = list(model.variables) + list(getattr(optimizer, "variables", []))
+            with keras_variables.local_values(variables, on_host=True):
+                return save(*args, **kwargs)
+
+        return run
+
+    return wrap
 
 
 def _distribution(keras, mesh):

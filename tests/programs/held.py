@@ -31,9 +31,13 @@ def _pieces(engine, value):
 
 
 def rank():
-    """This process's rank in torch's process group, else 0."""
+    """This process's rank: torch's process group's, JAX's process index, else 0."""
     import keras
 
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.process_index()
     if keras.backend.backend() != "torch":
         return 0
     import torch.distributed as dist

@@ -6,11 +6,12 @@ count, as `python sharded.py STAGE FOLDER DEVICES`:
 - second: shard=True on DEVICES, 2 epochs, resuming from that backup.
 
 SHARDED_OPTIMIZER=average: Adam with a moving average and gradient
-accumulation; else AdamW with decay and a clip by the global norm.
+accumulation; adamw: AdamW with decay and a clip by the global norm; else
+SGD with momentum.
 
-Each writes FOLDER/STAGE.npz (its weights), FOLDER/STAGE.weights.h5 and
-FOLDER/STAGE.keras (saved by the model), and prints the bytes each device holds (torch: rank 0) and its
-predictions.
+Each writes FOLDER/STAGE.weights.h5 and FOLDER/STAGE.keras (saved by the
+model), plain and second FOLDER/STAGE.npz (its weights), and prints the bytes
+each of the chief's devices holds, its predictions and its evaluation.
 """
 import json
 import os
@@ -43,13 +44,16 @@ def main():
     x = rng.random((256, 64), dtype="float32")
     y = rng.integers(0, 10, 256)
     model = build()
-    if os.environ.get("SHARDED_OPTIMIZER") == "average":
+    kind = os.environ.get("SHARDED_OPTIMIZER", "")
+    if kind == "average":
         # Slots of four kinds: moments, an average written into the weights
         # every 3 steps and at the end, gradients accumulated over 2 steps.
         optimizer = keras.optimizers.Adam(0.002, use_ema=True, ema_overwrite_frequency=3,
                                           gradient_accumulation_steps=2, clipvalue=0.01)
-    else:  # decay and a clip by the norm of all gradients: neither is per value
+    elif kind == "adamw":  # decay and a clip by the norm of all gradients: not per value
         optimizer = keras.optimizers.AdamW(0.002, weight_decay=0.05, global_clipnorm=1.0)
+    else:
+        optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
     arguments = dict(optimizer=optimizer,
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     callbacks = []
@@ -65,10 +69,12 @@ def main():
     model.save_weights(os.path.join(FOLDER, f"{STAGE}.weights.h5"))  # every process
     model.save(os.path.join(FOLDER, f"{STAGE}.keras"))
     predictions = model.predict(x[:8], verbose=0).tolist()
+    loss = model.evaluate(x, y, batch_size=64, verbose=0)
     if rank() == 0:
-        np.savez(os.path.join(FOLDER, f"{STAGE}.npz"), *model.get_weights())
+        if STAGE != "first":  # (JAX over several processes holds no whole weight to get)
+            np.savez(os.path.join(FOLDER, f"{STAGE}.npz"), *model.get_weights())
         print(json.dumps({"bytes_per_device": bytes_per_device(model),
-                          "predictions": predictions}))
+                          "predictions": predictions, "loss": loss}))
 
 
 if __name__ == "__main__":

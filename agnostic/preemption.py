@@ -22,7 +22,7 @@ import signal
 import threading
 import warnings
 
-from agnostic import errors
+from agnostic import errors, methods
 
 logger = logging.getLogger("agnostic")
 
@@ -110,6 +110,8 @@ class Watch:
         self.stopped = 0  # the signal every process stopped for, if any
         self.saved = False  # BackupAndRestore wrote the stopping step
         self.skip = 0  # batches of the first epoch already trained (resume)
+        self.skipped = False  # the last train-function call skipped its batches
+        self._quieted = []  # the program's callbacks, told only of trained batches
         self._previous = {}
         self._agree = None
         self._every = 1  # train-function calls between two agreements
@@ -123,12 +125,38 @@ class Watch:
         return self
 
     def callbacks(self, callbacks):
-        """fit's `callbacks` with the one that wraps its train function first."""
-        return [_stepper(self)] + list(callbacks or [])
+        """fit's `callbacks` with the one that wraps its train function first;
+        the program's own hear only of the batches this fit trains (not of a
+        resumed epoch's batches that a backup had trained, which fit takes
+        from the data and skips)."""
+        given = list(callbacks or [])
+        for callback in given:
+            if not type(callback).__module__.startswith("agnostic."):
+                self._quiet_while_skipping(callback)
+        return [_stepper(self)] + given
+
+    def _quiet_while_skipping(self, callback):
+        def before(hook):  # the call about to run skips while batches are left
+            def run(*args, **kwargs):
+                return None if self.skip > 0 else hook(*args, **kwargs)
+
+            return run
+
+        def after(hook):
+            def run(*args, **kwargs):
+                return None if self.skipped else hook(*args, **kwargs)
+
+            return run
+
+        methods.wrap_method(callback, "on_train_batch_begin", before)
+        methods.wrap_method(callback, "on_train_batch_end", after)
+        self._quieted.append(callback)
 
     def __exit__(self, kind, value, trace):
         _active.remove(self)
         restore(self._previous)
+        for callback in self._quieted:
+            methods.unwrap(callback)
         if self._unwrap is not None:
             self._unwrap()
         if kind is None and self._agree is not None:

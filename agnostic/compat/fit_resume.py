@@ -52,7 +52,8 @@ def wrap(model, watch):
     per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
 
     def run(*args):
-        if watch.skip > 0:
+        watch.skipped = watch.skip > 0
+        if watch.skipped:
             taken = min(per_call, watch.skip)
             watch.skip -= taken
             return _skipped(backend, args, taken)

@@ -3,7 +3,8 @@
 Trains 4 epochs of 6 steps (SGD with momentum, shuffle=False) on 2 devices
 (AGNOSTIC_TEST_REPLICAS; torch: 2 processes the shim starts, or a
 scheduler's tasks) and saves the chief's final weights to
-FOLDER/final.npz; prints the epochs this run trained as JSON.
+FOLDER/final.npz; prints as JSON the epochs this run trained and the
+(epoch, batch) its callback's batch hooks were called for.
 
 BACKUP=epoch|N: keras.callbacks.BackupAndRestore(FOLDER/backup, save_freq).
 MARK=epoch:batch: the chief writes FOLDER/marker after that step, then
@@ -40,11 +41,16 @@ class Steps(keras.callbacks.Callback):
         super().__init__()
         self.chief, self.epoch = chief, 0
         self.mark, self.kill = at("MARK"), at("KILL")
+        self.begun, self.ended = [], []  # (epoch, batch) of each batch hook
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
+    def on_train_batch_begin(self, batch, logs=None):
+        self.begun.append([self.epoch, batch])
+
     def on_train_batch_end(self, batch, logs=None):
+        self.ended.append([self.epoch, batch])
         if not self.chief:
             return
         if (self.epoch, batch) == self.kill:
@@ -63,7 +69,8 @@ def main():
         models.build(keras), optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
         gpus=REPLICAS, **models.COMPILE)
     chief = agnostic.resolve(gpus=REPLICAS).process_id == 0
-    callbacks = [Steps(chief)]
+    steps = Steps(chief)
+    callbacks = [steps]
     if os.environ.get("BACKUP"):
         frequency = os.environ["BACKUP"]
         callbacks.insert(0, keras.callbacks.BackupAndRestore(
@@ -73,7 +80,8 @@ def main():
                         callbacks=callbacks)
     if chief:
         np.savez(os.path.join(FOLDER, "final.npz"), *model.get_weights())
-        print(json.dumps({"epochs": list(history.epoch)}))
+        print(json.dumps({"epochs": list(history.epoch), "begun": steps.begun,
+                          "ended": steps.ended}))
 
 
 if __name__ == "__main__":

@@ -130,10 +130,8 @@ class Watch:
         resumed epoch's batches that a backup had trained, which fit takes
         from the data and skips)."""
         given = list(callbacks or [])
-        for callback in given:
-            if not type(callback).__module__.startswith("agnostic."):
-                self._quiet_while_skipping(callback)
-        return [_stepper(self)] + given
+        programs = [c for c in given if not type(c).__module__.startswith("agnostic.")]
+        return [_stepper(self)] + given + [_quieter(self, programs)]
 
     def _quiet_while_skipping(self, callback):
         def before(hook):  # the call about to run skips while batches are left
@@ -223,6 +221,21 @@ class Watch:
                 raise SystemExit(status(self.requested))
             if callable(handler):
                 handler(self.requested, None)
+
+
+def _quieter(watch, callbacks):
+    """The callback that, last to begin, quiets the program's `callbacks`
+    for the batches fit skips, where a backup restored inside an epoch (its
+    on_train_begin, before this one's, set `watch.skip`)."""
+    import keras
+
+    class Quieter(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            if watch.skip > 0:
+                for callback in callbacks:
+                    watch._quiet_while_skipping(callback)
+
+    return Quieter()
 
 
 def _stepper(watch):

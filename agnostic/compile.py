@@ -58,9 +58,10 @@ def backend_agnostic_compile(
         shard: JAX: split each large weight and its optimizer
             state over the devices (each holds about 1/N of them) instead of
             copying them on every device, for a model larger than one
-            device. torch: each process holds the optimizer state of 1/N of
-            each large weight (ZeRO stage 1; weights stay copied), with
-            Keras's elementwise optimizers. On other plans of several
+            device. torch: each process holds 1/N of each large weight and
+            of its optimizer state between steps, each weight gathered
+            while a layer computes with it (ZeRO stage 3), with Keras's
+            elementwise optimizers. On other plans of several
             devices, a NotSupportedError.
 
     Returns:

@@ -5,6 +5,8 @@ import functools
 
 # The model's key for the other objects whose methods were wrapped for it.
 WRAPPED_LAYERS = "_agnostic_wrapped_layers"
+# The model's key for what undoes other changes a strategy made to it.
+UNDO = "_agnostic_undo"
 
 
 def wrap_method(model, name, wrapper):
@@ -29,6 +31,8 @@ def start_again(model):
     """`model` without the wrappers of an earlier backend_agnostic_compile
     (fine-tuning: freeze layers, compile again), which would otherwise apply
     twice; its weights, flags and state are its own throughout."""
+    for undo in model.__dict__.pop(UNDO, Held([])).values:
+        undo()
     for layer in model.__dict__.pop(WRAPPED_LAYERS, Held([])).values:
         unwrap(layer)
     unwrap(model)
@@ -38,6 +42,21 @@ def start_again(model):
         if optimizer is not None:
             unwrap(optimizer)
     return model
+
+
+def around_saves(model, context):
+    """`model.save` and `model.save_weights` run within `context()`, on every
+    process (a split model: every process gathers, the chief writes)."""
+    def wrapper(save):
+        def run(*args, **kwargs):
+            with context():
+                return save(*args, **kwargs)
+
+        return run
+
+    for name in ("save", "save_weights"):
+        if hasattr(model, name):
+            wrap_method(model, name, wrapper)
 
 
 def own(model, name):

@@ -173,8 +173,9 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
 SHARDED = {"jax-data-parallel": "jax-sharded", "torch-ddp": "torch-sharded"}
 SPLIT = {
     "jax-sharded": "each large weight and its optimizer state split over the {n} devices",
-    "torch-sharded": "each process holds the optimizer state of 1/{n} of each large "
-                     "weight (ZeRO stage 1); weights and gradients are copied",
+    "torch-sharded": "each process holds 1/{n} of each large weight and its optimizer "
+                     "state between steps, gathered per layer (ZeRO stage 3); gradients "
+                     "are averaged whole",
 }
 
 
@@ -193,10 +194,10 @@ def sharded(plan, shard=True):
             plan, strategy=strategy, reason=f"{plan.reason.rstrip('.')}; shard=True: {split}.")
     raise errors.NotSupportedError(
         f"shard=True splits the weights and optimizer state over the devices on JAX "
-        f"(jax-sharded), and the optimizer state over torch's processes "
-        f"(torch-sharded); this plan is {plan.strategy} on {plan.backend} over "
-        f"{plan.num_replicas} devices, where {why}. Train with shard=False (every device "
-        "holds the whole model), or with KERAS_BACKEND=jax. Received: shard=True")
+        f"(jax-sharded) and over torch's processes (torch-sharded); this plan is "
+        f"{plan.strategy} on {plan.backend} over {plan.num_replicas} devices, where {why}. "
+        "Train with shard=False (every device holds the whole model), or with "
+        "KERAS_BACKEND=jax or torch. Received: shard=True")
 
 
 def unsplittable(plan):

@@ -168,12 +168,15 @@ def _plan():
 
 def _shard(plan, chosen):
     """What shard=True would split with this plan, or why it is refused."""
-    if chosen.num_replicas < 2 and not chosen.placements:
+    from agnostic import errors
+
+    try:
+        split = plan.sharded(chosen)
+    except errors.NotSupportedError:
+        return (f"refused: {chosen.strategy} on {chosen.backend}, where "
+                f"{plan.unsplittable(chosen)}")
+    if split is chosen:
         return "nothing to split on one device"
-    why = plan.unsplittable(chosen)
-    if why is not None:
-        return f"refused: {chosen.strategy} on {chosen.backend}, where {why}"
-    split = plan.sharded(chosen)
     return f"strategy {split.strategy}: {plan.SPLIT[split.strategy].format(n=split.num_replicas)}"
 
 

@@ -4,9 +4,9 @@ addressable shards of every array; torch: each process's tensors;
 TensorFlow: each device's component of every variable), and the step time
 each way costs, for one model (a multilayer perceptron, `--width` wide,
 trained with Adam: two slots per weight) at 1, 2 and 4 devices, on every
-installed engine. JAX splits weights and optimizer state, torch the
-optimizer state (ZeRO stage 1); TensorFlow refuses shard=True
-(docs/sharding.md) and is measured replicated.
+installed engine. JAX and torch split weights and optimizer state (torch:
+measured after each training step, between steps, where they are split);
+TensorFlow refuses shard=True (docs/sharding.md) and is measured replicated.
 
     python benchmarks/memory.py              # 1, 2 and 4 devices
     python benchmarks/memory.py --smoke      # seconds: checks it runs
@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 sys.path.insert(0, common.ROOT)
-from tests.programs.held import bytes_per_device, rank  # noqa: E402
+from tests.programs.held import bytes_per_device, rank, watch  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 WAYS = ("replicated", "sharded")
@@ -42,6 +42,7 @@ def child(options, shard):
     if options.devices > 1:
         agnostic.backend_agnostic_compile(model, gpus=options.devices, shard=shard,
                                           **arguments)
+        watch(model)  # torch, sharded: weights are whole again once fit returns
     else:
         model.compile(**arguments)
     rng = np.random.default_rng(0)

@@ -60,7 +60,7 @@ def test_info_reports_versions_and_the_plan():
     # What shard=True would split here, or why it is refused.
     shard = {"jax": "shard=True: strategy jax-sharded: each large weight and its optimizer "
                     "state split over the", "torch": "shard=True: strategy torch-sharded: each "
-                    "process holds the optimizer state of 1/", "tensorflow": "shard=True: "
+                    "process holds 1/", "tensorflow": "shard=True: "
                     "refused: tf-mirrored on tensorflow, where tensorflow does not shard yet",
              "mxnet": "shard=True: refused: mxnet-context on mxnet, where mxnet does not "
                       "shard yet"}

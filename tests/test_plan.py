@@ -359,9 +359,9 @@ def test_shard_splits_jax_and_torch_and_is_refused_elsewhere():
     assert plan.sharded(one) == one  # one device holds everything either way
     split = plan.sharded(plan.decide("torch", GPUS_4))
     assert (split.strategy, split.num_processes) == ("torch-sharded", 4)
-    assert split.reason.endswith("shard=True: each process holds the optimizer state of 1/4 "
-                                 "of each large weight (ZeRO stage 1); weights and gradients "
-                                 "are copied.")
+    assert split.reason.endswith("shard=True: each process holds 1/4 of each large weight "
+                                 "and its optimizer state between steps, gathered per layer "
+                                 "(ZeRO stage 3); gradients are averaged whole.")
     with pytest.raises(agnostic.NotSupportedError,
                        match="where tensorflow does not shard yet.*Received: shard=True"):
         plan.sharded(plan.decide("tensorflow", GPUS_4))

@@ -32,11 +32,11 @@ ORDER = (
 # The others are schedulers: every process they start has their variables,
 # whether it trains with agnostic or not.
 REQUESTED = ("agnostic-launch", "keras-distribution", "tf-config", "rank-variables")
-# A coordinator port the same on every process of a job, from the job's id,
-# where the scheduler names none.
 # How long processes and nodes wait for each other to join (join_seconds).
 JOIN_SECONDS = 60
 JOIN_VARIABLE = "AGNOSTIC_JOIN_SECONDS"
+# A coordinator port the same on every process of a job, from the job's id,
+# where the scheduler names none.
 PORT_BASE = 15000
 PORT_RANGE = 20000
 

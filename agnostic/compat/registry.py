@@ -18,7 +18,7 @@ from agnostic.compat import (batch_norm_moments, fit_resume, jax_joined, jax_on_
                              shuffle_order, step_logs, tf_central_metrics, tf_collective_keys,
                              tf_collective_server, tf_first_batch, tf_gradients,
                              tf_on_batch, tf_worker_logs,
-                             torch_empty_share, torch_keras_ddp, versions)
+                             torch_empty_share, torch_keras_ddp, torch_variables, versions)
 
 # (first, last) of the versions tested, kept in one place (versions.py).
 KERAS_3 = (versions.TESTED_KERAS[0], versions.TESTED_KERAS[-1])
@@ -72,6 +72,9 @@ ENTRIES = (
     Entry("optimizer_slices", "An optimizer updating a slice of each weight clips and "
           "decays as on the whole weights (torch-sharded).", ("torch",), KERAS_3,
           optimizer_slices.probe),
+    Entry("torch_variables", "A split weight's variable gathers it when read and keeps "
+          "this process's slice when assigned (torch-sharded).", ("torch",), KERAS_3,
+          torch_variables.probe),
     Entry("jax_joined", "The program's own jax.distributed.initialize, where agnostic has "
           "joined the job, is that join.", ("jax",), KERAS_3, jax_joined.probe),
     Entry("jax_on_batch", "train_on_batch and test_on_batch under a keras.distribution "

@@ -131,8 +131,9 @@ def free_master_port(attempts=100):
     """A free port P with P+1 (torch's store) and P+2 (JAX's coordinator) free too."""
     for _ in range(attempts):
         port = processes.free_port()
+        offsets = (TORCH_PORT_OFFSET, JAX_PORT_OFFSET)
         if port <= HIGHEST_MASTER_PORT and all(
-                listen.held("", port + offset) is None for offset in (TORCH_PORT_OFFSET, JAX_PORT_OFFSET)):
+                listen.held("", port + offset) is None for offset in offsets):
             return port
     raise errors.LaunchError(
         f"--standalone found no free port P with P+1 and P+2 free too in {attempts} "

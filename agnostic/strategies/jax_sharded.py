@@ -63,26 +63,17 @@ class JaxShardedStrategy(base.Strategy):
                           scope=jax_uneven_batches.allow(distribution), even_shares=False)
             return model
         jax_data_parallel.across_processes(model, plan, distribution)
-        for name in ("save", "save_weights"):  # every process gathers, the chief writes
-            if hasattr(model, name):
-                methods.wrap_method(model, name, _gathered_first(model))
+        methods.around_saves(model, lambda: _gathered(model))
         return model
 
 
-def _gathered_first(model):
-    """A save of a model split over several processes: every process
+def _gathered(model):
+    """For a save of a model split over several processes: every process
     gathers each variable whole (the chief writes it), then holds its part
     again."""
-    def wrap(save):
-        def run(*args, **kwargs):
-            optimizer = getattr(model, "optimizer", None)
-            variables = list(model.variables) + list(getattr(optimizer, "variables", []))
-            with keras_variables.local_values(variables, on_host=True):
-                return save(*args, **kwargs)
-
-        return run
-
-    return wrap
+    optimizer = getattr(model, "optimizer", None)
+    variables = list(model.variables) + list(getattr(optimizer, "variables", []))
+    return keras_variables.local_values(variables, on_host=True)
 
 
 def _distribution(keras, mesh):

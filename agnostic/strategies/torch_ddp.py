@@ -70,8 +70,8 @@ class TorchDDPStrategy(base.Strategy):
         # itself: its processes compute on their own shares there.
         global_view = self.global_view and not torch_keras_ddp.keras_is_data_parallel(model)
         optimizers = in_place.optimizers(model, call)
-        # Before the gradients' averaging wraps them: it runs first.
-        self.split_optimizer_state(model, optimizers, group.rank, group.world_size)
+        # Before the gradients' averaging wraps the optimizers: it runs first.
+        self.split_state(model, optimizers, group.rank, group.world_size)
         torch_gradients.average(model, group.world_size, self.multi_device,
                                 optimizers, by_keras, global_view)
         if not global_view:  # else every process's metrics hold the whole batch's
@@ -88,9 +88,9 @@ class TorchDDPStrategy(base.Strategy):
                       per_replica_calls=True)
         return model
 
-    def split_optimizer_state(self, model, optimizers, rank, world_size):
-        """Where each process keeps part of the optimizer state
-        (torch-sharded); here every process keeps all of it."""
+    def split_state(self, model, optimizers, rank, world_size):
+        """Where each process keeps part of the weights and optimizer state
+        (torch-sharded); here every process keeps all of them."""
 
 
 def _share_the_cores(threads):

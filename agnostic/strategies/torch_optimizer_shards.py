@@ -1,15 +1,19 @@
 """torch-sharded's optimizer state: each process keeps the optimizer's slots
 (Adam's two moments, a momentum, an average) for its own slice of each large
-weight, as ZeRO stage 1 does. Weights and gradients stay whole on every
-process; DistributedDataParallel averages the gradients as in torch-ddp.
+weight, as ZeRO does. The gradients are whole; DistributedDataParallel
+averages them as in torch-ddp.
 
 A weight of SMALLEST values or more is split, flattened, into one contiguous
 slice per process (the first processes one value more where the count does
 not divide). The optimizer is built on Keras variables whose storage is this
 process's slice of each weight, so it makes each slot the size of a slice
-and its update writes into the weight in place; after the update the
-processes exchange their slices (one all_gather), and every weight is whole
-again everywhere. Smaller weights are updated whole, by every process.
+and its update writes that slice. Where the weight is split itself
+(strategies/torch_weight_shards.py: trainable weights), the slice is the
+one it keeps and the weight is freed after the update, to be gathered when
+next read; else the slice is a view of the whole weight, and after the update
+the processes exchange their slices (one all_gather), so every such weight
+is whole again everywhere. Smaller weights are updated whole, by every
+process.
 
 A save assembles each slot on the chief for the time of the write, so the
 file is a plain Keras file that loads on any device count, engine, or plain
@@ -65,12 +69,15 @@ class Split:
         return flat[self.starts[rank]:self.starts[rank] + self.counts[rank]]
 
 
-def shards_of(optimizer, rank, world):
+def shards_of(optimizer, rank, world, weights=None):
     """`optimizer`'s Shards: the ones made for it before, where it is
-    compiled again (its slots are kept by slice), else new ones."""
+    compiled again (its slots are kept by slice), else new ones. `weights`:
+    the model's split weights (strategies/torch_weight_shards.py), whose
+    slices the optimizer updates in place of views of whole weights."""
     made = optimizer.__dict__.get("_agnostic_shards")
     if made is None or (made.rank, made.world) != (rank, world):
         made = optimizer.__dict__["_agnostic_shards"] = Shards(optimizer, rank, world)
+    made.weights = weights
     return made
 
 
@@ -85,6 +92,7 @@ class Shards:
         self.built_on = []  # the weights, as the program gave them
         self.slots = {}  # id(slot): (Split, the weight's shape), for slots of slices
         self.whole_slots = None  # id(slot): the whole slot, on the chief, while saving
+        self.weights = None  # the model's split weights, if any
 
     def install(self):
         for name, wrapper in (("build", self._build), ("apply", self._apply),
@@ -104,11 +112,15 @@ class Shards:
             return weight
         if id(weight) in self.parts:
             return self.parts[id(weight)]
-        value = weight.value.data
-        if value.numel() < SMALLEST or not value.is_contiguous():
-            return weight
-        split = Split(value.numel(), self.world)
-        view = split.of(value.view(-1), self.rank)
+        held = self.weights.holds(weight) if self.weights is not None else None
+        if held is not None:  # the weight's slice, kept apart from its freed storage
+            split, view = held.split, held.part
+        else:
+            value = weight.value.data
+            if value.numel() < SMALLEST or not value.is_contiguous():
+                return weight
+            split = Split(value.numel(), self.world)
+            view = split.of(value.view(-1), self.rank)
         part = keras.Variable(torch.nn.Parameter(view, requires_grad=False), name=weight.name,
                               dtype=weight.dtype, trainable=False)
         self.splits[id(weight)], self.parts[id(weight)] = split, part
@@ -156,7 +168,7 @@ class Shards:
         (a weight whose tensor was replaced, not assigned, is not)."""
         for weight in weights:
             split = self.splits.get(id(weight))
-            if split is None:
+            if split is None or self._held(weight):
                 continue
             start = weight.value.data.view(-1)[split.starts[self.rank]:]
             if self.parts[id(weight)].value.data_ptr() != start.data_ptr():
@@ -203,20 +215,26 @@ class Shards:
             return grad
         return split.of(grad.reshape(-1), self.rank)
 
+    def _held(self, weight):
+        return self.weights.holds(weight) if self.weights is not None else None
+
     def exchange(self, weights):
         """Every process's slices of `weights` (updated there) into every
-        process's whole weights: one all_gather."""
+        process's whole weights: one all_gather. Split weights are freed
+        instead (read again, they gather the new slices)."""
         import torch
         import torch.distributed as dist
 
+        if self.weights is not None:  # updated in their slices: whole nowhere now
+            self.weights.free([self._held(weight) for weight in weights if self._held(weight)])
         split = [(weight, self.splits[id(weight)]) for weight in weights
-                 if id(weight) in self.splits]
+                 if id(weight) in self.splits and not self._held(weight)]
         if not split:
             return
         with torch.no_grad():
             flats = [weight.value.data.view(-1) for weight, _ in split]
             sizes = [sum(s.counts[rank] for _, s in split) for rank in range(self.world)]
-            send = _padded([s.of(flat, self.rank) for flat, (_, s) in zip(flats, split)],
+            send = padded([s.of(flat, self.rank) for flat, (_, s) in zip(flats, split)],
                            max(sizes))
             received = [torch.empty_like(send) for _ in range(self.world)]
             dist.all_gather(received, send)
@@ -260,7 +278,7 @@ class Shards:
 
         splits = [self.slots[id(slot)][0] for slot in slots]
         sizes = [sum(s.counts[rank] for s in splits) for rank in range(self.world)]
-        send = _padded([slot.value.detach().reshape(-1) for slot in slots], max(sizes))
+        send = padded([slot.value.detach().reshape(-1) for slot in slots], max(sizes))
         received = [torch.empty_like(send) for _ in range(self.world)] if self.rank == 0 \
             else None
         dist.gather(send, received, dst=0)
@@ -302,7 +320,7 @@ class Shards:
         return run
 
 
-def _padded(pieces, size):
+def padded(pieces, size):
     """`pieces` joined, then zeros up to `size` values: what a process sends
     where every process must send as many (torch's all_gather and gather)."""
     import torch

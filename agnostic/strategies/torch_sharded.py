@@ -1,14 +1,17 @@
-"""torch-sharded: torch-ddp with the optimizer state split over the processes
-(shard=True), as ZeRO stage 1 does (strategies/torch_optimizer_shards.py):
-each process holds the optimizer's slots for 1/N of each large weight's
-values, and the weights and gradients whole. Keras's layers read their
-variables' own tensors, not module parameters that torch's FSDP could swap
-for shards while they compute; the weights themselves stay copied here.
+"""torch-sharded: torch-ddp with each large weight and its optimizer state
+split over the processes (shard=True), as FSDP and ZeRO stage 3 do: each
+process holds 1/N of each large weight's values and the optimizer's slots
+for them (strategies/torch_weight_shards.py, torch_optimizer_shards.py);
+a weight is gathered whole while a layer computes with it, and freed after.
+The gradients are whole during a step and averaged by DistributedDataParallel
+as in torch-ddp. Keras's layers read their variables' own tensors, not
+module parameters that torch's FSDP could swap for shards, so the
+gathering is agnostic's, at each variable's read.
 """
 import contextlib
 
 from agnostic import errors, methods
-from agnostic.strategies import torch_ddp, torch_optimizer_shards
+from agnostic.strategies import torch_ddp, torch_optimizer_shards, torch_weight_shards
 
 
 class TorchShardedStrategy(torch_ddp.TorchDDPStrategy):
@@ -16,30 +19,67 @@ class TorchShardedStrategy(torch_ddp.TorchDDPStrategy):
 
     def compile(self, model, call):
         _refuse_before_any_work(model, call)
-        self.shards = []
+        self.shards, self.weights = [], None
         model = super().compile(model, call)
-        for name in ("save", "save_weights"):  # every process gathers, the chief writes
-            if hasattr(model, name):
-                methods.wrap_method(model, name, self._gathered_first)
+        weights = self.weights
+        methods.wrap_method(model, "train_step", _in_steps(weights))
+        methods.around_saves(model, self._gathered)
+        # Whole again after each (every process returns from them together):
+        # outside fit a process may read the weights alone, or save on its own.
+        for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch"):
+            methods.wrap_method(model, name, _whole_after(weights))
         return model
 
-    def split_optimizer_state(self, model, optimizers, rank, world_size):
+    def split_state(self, model, optimizers, rank, world_size):
         for optimizer in optimizers:
             why = torch_optimizer_shards.refusal(optimizer)
             if why is not None:  # found only once compiled (a model's own compile)
                 raise _refused(optimizer, why)
-            shards = torch_optimizer_shards.shards_of(optimizer, rank, world_size)
+        self.weights = torch_weight_shards.of(model, rank, world_size)
+        for optimizer in optimizers:
+            shards = torch_optimizer_shards.shards_of(optimizer, rank, world_size, self.weights)
             shards.install()
             self.shards.append(shards)
 
-    def _gathered_first(self, save):
+    @contextlib.contextmanager
+    def _gathered(self):
+        """The weights whole, and each optimizer slot whole on the chief."""
+        with contextlib.ExitStack() as stack:
+            for shards in self.shards:
+                stack.enter_context(shards.gathered())
+            stack.enter_context(self.weights.whole())
+            yield
+
+
+def _in_steps(weights):
+    first = [True]
+
+    def wrapper(train_step):
         def run(*args, **kwargs):
             with contextlib.ExitStack() as stack:
-                for shards in self.shards:
-                    stack.enter_context(shards.gathered())
-                return save(*args, **kwargs)
+                if first[0]:
+                    # DistributedDataParallel is made in the first step
+                    # (torch_gradients): it broadcasts rank 0's weights, whole.
+                    first[0] = False
+                    stack.enter_context(weights.whole())
+                stack.enter_context(weights.step())
+                return train_step(*args, **kwargs)
 
         return run
+
+    return wrapper
+
+
+def _whole_after(weights):
+    def wrapper(method):
+        def run(*args, **kwargs):
+            result = method(*args, **kwargs)
+            weights.gather()  # not after an error: a process may have stopped
+            return result
+
+        return run
+
+    return wrapper
 
 
 def _refuse_before_any_work(model, call):

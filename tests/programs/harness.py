@@ -17,7 +17,7 @@ sys.path.insert(0, ROOT)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tests.programs.held import bytes_per_device  # noqa: E402
+from tests.programs.held import bytes_per_device, watch  # noqa: E402
 
 MODE, FOLDER = sys.argv[1], sys.argv[2]
 if MODE == "agnostic":
@@ -44,6 +44,8 @@ def compile(model, *args, **kwargs):
     shard = os.environ.get("AGNOSTIC_TEST_SHARD", "0") == "1"
     agnostic.backend_agnostic_compile(model, *args, gpus=REPLICAS, sync_batch_norm=sync,
                                       global_view=whole, shard=shard, **kwargs)
+    if shard:
+        watch(model)
     return model
 
 

@@ -6,18 +6,54 @@ by its rank). Used by the programs' harness, tests/scripts/sharded.py and
 benchmarks/memory.py."""
 
 
-def bytes_per_device(model):
+def watch(model):
+    """Records what each device holds after each training step of `model`
+    (compiled): on torch under shard=True, weights are split between steps
+    and whole again once fit returns. bytes_per_device then reports the
+    largest total a step left."""
     import keras
 
+    if keras.backend.backend() != "torch":
+        return
+    largest = model.__dict__["_held_during_fit"] = {}
+    train_step = model.train_step
+
+    def run(*args, **kwargs):
+        logs = train_step(*args, **kwargs)
+        for device, sizes in bytes_per_device(model, during_fit=False).items():
+            if sum(sizes.values()) > sum(largest.get(device, {}).values()):
+                largest[device] = sizes
+        return logs
+
+    model.train_step = run
+
+
+def bytes_per_device(model, during_fit=True):
+    import keras
+
+    if during_fit and model.__dict__.get("_held_during_fit"):
+        return model.__dict__["_held_during_fit"]
     optimizer = getattr(model, "optimizer", None)
     parts = {"weights": list(model.variables),
              "optimizer": list(getattr(optimizer, "variables", []))}
     held = {}
     for part, variables in parts.items():
         for variable in variables:
-            for device, size in _pieces(keras.backend.backend(), variable.value):
+            for device, size in _pieces(keras.backend.backend(), _stored(variable)):
                 held.setdefault(device, {"weights": 0, "optimizer": 0})[part] += size
     return held
+
+
+def _stored(variable):
+    """What `variable` holds, without reading it (on torch, under
+    shard=True, a read gathers a split weight): its torch tensor, and this
+    process's slice where its storage is freed between steps."""
+    import keras
+
+    if keras.backend.backend() != "torch":
+        return variable.value
+    held = variable.__dict__.get("_agnostic_held")
+    return (variable._value, held.part if held is not None else None)
 
 
 def _pieces(engine, value):
@@ -27,7 +63,8 @@ def _pieces(engine, value):
     if engine == "tensorflow":
         return [(component.device, component.shape.num_elements() * component.dtype.size)
                 for component in getattr(value, "values", (value,))]
-    return [(f"process {rank()}", value.numel() * value.element_size())]
+    return [(f"process {rank()}", tensor.untyped_storage().nbytes())
+            for tensor in value if tensor is not None]
 
 
 def rank():

@@ -24,7 +24,7 @@ import agnostic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from tests.programs.held import bytes_per_device, rank  # noqa: E402
+from tests.programs.held import bytes_per_device, rank, watch  # noqa: E402
 
 STAGE, FOLDER, DEVICES = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -61,6 +61,7 @@ def main():
         model.compile(**arguments)
     else:
         agnostic.backend_agnostic_compile(model, gpus=DEVICES, shard=True, **arguments)
+        watch(model)
         callbacks.append(keras.callbacks.BackupAndRestore(os.path.join(FOLDER, "backup"),
                                                           delete_checkpoint=False))
     epochs = 1 if STAGE == "first" else 2

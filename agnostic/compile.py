@@ -5,7 +5,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from agnostic import in_place, methods, plan as plan_lib, strategies
+from agnostic import auto_shard, in_place, methods, plan as plan_lib, strategies
 from agnostic.compat import versions
 
 if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine
@@ -20,7 +20,7 @@ def backend_agnostic_compile(
     cpu_relocation: bool = False,
     sync_batch_norm: bool = True,
     global_view: bool = True,
-    shard: bool = False,
+    shard: Union[bool, str] = False,
     **kwargs: Any
 ) -> "keras.Model":
     """Compiles `model` to train on every available device, in place.
@@ -62,7 +62,10 @@ def backend_agnostic_compile(
             of its optimizer state between steps, each weight gathered
             while a layer computes with it (ZeRO stage 3), with Keras's
             elementwise optimizers. On other plans of several
-            devices, a NotSupportedError.
+            devices, a NotSupportedError. "auto": split them only where,
+            copied, the weights, their gradients and the optimizer's
+            slots would take more than half of a device's memory (the
+            model built; the plan line says which and why).
 
     Returns:
         `model`, compiled.
@@ -75,7 +78,11 @@ def backend_agnostic_compile(
     """
     _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_view, shard)
     _check_keywords(model, kwargs)
-    plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model, shard=shard)
+    call = in_place.CompileCall(args, kwargs)
+    plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model,
+                            shard=shard is True)
+    if shard == "auto":
+        plan = auto_shard.applied(plan, model, call.optimizers())
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     plan_lib.announce(plan)
     if plan.relocation_unused:
@@ -89,7 +96,7 @@ def backend_agnostic_compile(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
         sync_batch_norm=sync_batch_norm, global_view=global_view,
     )
-    return strategy.compile(methods.start_again(model), in_place.CompileCall(args, kwargs))
+    return strategy.compile(methods.start_again(model), call)
 
 
 # The keywords backend_agnostic_compile takes itself (the rest go to compile).
@@ -140,9 +147,10 @@ def _check_arguments(model, cpu_merge, cpu_relocation, sync_batch_norm, global_v
             "Sequential or functional model). Received: "
             f"model={model!r} (of type {type(model).__name__})"
         )
+    if not isinstance(shard, bool) and shard != "auto":
+        raise TypeError(f"`shard` must be True, False or 'auto'. Received: shard={shard!r}")
     for name, value in (("cpu_merge", cpu_merge), ("cpu_relocation", cpu_relocation),
-                        ("sync_batch_norm", sync_batch_norm), ("global_view", global_view),
-                        ("shard", shard)):
+                        ("sync_batch_norm", sync_batch_norm), ("global_view", global_view)):
         if not isinstance(value, bool):
             raise TypeError(
                 f"`{name}` must be True or False. Received: {name}={value!r}"

@@ -79,5 +79,10 @@ class StepsPerExecutionWarning(UserWarning):
     callbacks after every step."""
 
 
+class ShardWarning(UserWarning):
+    """shard="auto" found a model that would not fit a device copied, on an
+    engine that does not split it: it trains copied, and may not fit."""
+
+
 class PreemptedWarning(UserWarning):
     """Training stopped on a preempting signal with nothing saved to resume from."""

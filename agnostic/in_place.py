@@ -40,6 +40,17 @@ class CompileCall:
         visit(list(self.args) + list(self.kwargs.values()))
         return found
 
+    def optimizers(self):
+        """The optimizers given: instances, nested ones included, and a name
+        passed as compile's `optimizer` ("adam"), as compile takes it."""
+        import keras
+
+        given = self.objects(keras.optimizers.Optimizer)
+        named = self.kwargs.get("optimizer", self.args[0] if self.args else None)
+        if isinstance(named, str):
+            given.append(named)
+        return given
+
 
 def optimizers(model, call):
     """Every optimizer the model trains with: compile's, the arguments', the

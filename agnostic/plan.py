@@ -141,9 +141,10 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
             machine: tf-central-storage).
         model: the model to train, when it places its layers with
             agnostic.device(): the plan then says where each placed call runs.
-        shard: split each large weight and its optimizer state over the
-            devices (JAX: jax-sharded), or the optimizer state
-            over the processes (torch: torch-sharded), instead of copying them.
+        shard: True: split each large weight and its optimizer state over
+            the devices (JAX: jax-sharded) or the processes (torch:
+            torch-sharded), instead of copying them. ("auto" needs the
+            compile call's optimizer: backend_agnostic_compile decides it.)
 
     Returns:
         A frozen `Plan`.
@@ -165,7 +166,7 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
         placed = placement.requested(model)
     plan = decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placed)
-    return sharded(plan, shard) if shard else plan
+    return sharded(plan, shard) if shard is True else plan
 
 
 # The strategy that splits weights and optimizer state over the devices, and
@@ -183,7 +184,8 @@ def sharded(plan, shard=True):
     """`plan` with its weights and optimizer state split over its devices
     (shard=True), or a NotSupportedError saying where that is possible."""
     if shard is not True:
-        raise TypeError(f"`shard` must be True or False. Received: shard={shard!r}")
+        raise TypeError(f"plan.sharded splits a plan for shard=True (shard='auto' is "
+                        f"decided by agnostic.auto_shard). Received: shard={shard!r}")
     if plan.num_replicas < 2 and not plan.placements:
         return plan  # one device holds everything either way
     why = unsplittable(plan)

@@ -1,10 +1,10 @@
 """What each device holds with shard=True against replication: the bytes of
 the model's weights and of its optimizer state on each device (JAX: the
 addressable shards of every array; torch: each process's tensors;
-TensorFlow: each device's component of every variable), and the step time
-each way costs, for one model (a multilayer perceptron, `--width` wide,
-trained with Adam: two slots per weight) at 1, 2 and 4 devices, on every
-installed engine. JAX and torch split weights and optimizer state (torch:
+TensorFlow: each device's component of every variable), the engine's peak
+where it keeps one (GPUs), and the step time each way costs, for one model
+(a multilayer perceptron, `--width` wide, trained with Adam: two slots per
+weight) at 1, 2 and 4 devices, on every installed engine. JAX and torch split weights and optimizer state (torch:
 measured after each training step, between steps, where they are split);
 TensorFlow refuses shard=True (docs/sharding.md) and is measured replicated.
 
@@ -51,21 +51,48 @@ def child(options, shard):
     steps = common.timed_epochs(keras, {"way": model}, ["way"], x, y, options.batch,
                                 options.repeats)["way"]
     if rank() == 0:  # torch: every process measured its own steps; rank 0 says
-        print(json.dumps({"held": bytes_per_device(model),
+        print(json.dumps({"held": bytes_per_device(model), "peak": peak(keras),
                           "step_ms": 1000 * common.median(steps)}))
+
+
+def peak(keras):
+    """The most bytes the engine had in use on one of this process's
+    devices, where it keeps count (GPUs; not CPUs, where None)."""
+    engine = keras.backend.backend()
+    if engine == "torch":
+        import torch
+
+        return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+    if engine == "jax":
+        import jax
+
+        peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use")
+                 for device in jax.local_devices()]
+        peaks = [value for value in peaks if value is not None]
+        return max(peaks) if peaks else None
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    return max(tf.config.experimental.get_memory_info(gpu.name)["peak"] for gpu in gpus) \
+        if gpus else None
 
 
 def table(results):
     rows = ["| engine | devices | way | weights per device (MB) | optimizer state per "
-            "device (MB) | both, of one device's | step ms |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+            "device (MB) | both, of one device's | peak (MB) | step ms |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         whole = next(o["both"] for o in results if o["engine"] == r["engine"] and
                      o["devices"] == 1)
         rows.append(f"| {r['engine']} | {r['devices']} | {r['way']} | "
                     f"{r['weights'] / 1e6:.2f} | {r['optimizer'] / 1e6:.2f} | "
-                    f"{r['both'] / whole:.3f} | {r['step_ms']:.1f} |")
+                    f"{r['both'] / whole:.3f} | {_megabytes(r.get('peak'))} | "
+                    f"{r['step_ms']:.1f} |")
     return "\n".join(rows)
+
+
+def _megabytes(value):
+    return "n/a" if value is None else f"{value / 1e6:.2f}"
 
 
 def ways(engine, devices):
@@ -97,6 +124,7 @@ def main():
                               key=lambda sizes: sizes["weights"] + sizes["optimizer"])
                 results.append({"engine": engine, "devices": devices, "way": way,
                                 "step_ms": measured["step_ms"], "held": measured["held"],
+                                "peak": measured.get("peak"),
                                 "both": largest["weights"] + largest["optimizer"],
                                 **largest})
                 print(table(results).splitlines()[-1], flush=True)

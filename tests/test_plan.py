@@ -371,5 +371,5 @@ def test_shard_splits_jax_and_torch_and_is_refused_elsewhere():
                                  placements=(("dense", "/device:GPU:1"),))
     with pytest.raises(agnostic.NotSupportedError, match="placed with agnostic.device()"):
         plan.sharded(placed)
-    with pytest.raises(TypeError, match="`shard` must be True or False. Received: shard='auto'"):
+    with pytest.raises(TypeError, match="shard='auto' is decided by agnostic.auto_shard"):
         plan.sharded(plan.decide("jax", GPUS_4), "auto")

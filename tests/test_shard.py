@@ -93,6 +93,70 @@ def assert_loads_into_a_plain_model(tmp_path, results):
                                    err_msg=expected.path)
 
 
+# shard="auto" on a plan of 4 GPUs (a listing made here: no GPU exists on
+# this machine, so neither does its memory, which `memory` stands for).
+GPUS_4 = {"jax": ("gpu:0", "gpu:1", "gpu:2", "gpu:3"),
+          "torch": ("cuda:0", "cuda:1", "cuda:2", "cuda:3"),
+          "tensorflow": tuple(f"/device:GPU:{i}" for i in range(4))}
+
+
+def auto_plan(model, optimizer, memory):
+    from agnostic import auto_shard, plan
+    from agnostic.devices import DeviceListing
+
+    listing = DeviceListing(GPUS_4[ENGINE], "cpu:0", accelerators=True)
+    return auto_shard.applied(plan.decide(ENGINE, listing), model, [optimizer],
+                              memory=lambda chosen: memory)
+
+
+def test_auto_splits_only_a_model_whose_copies_would_not_fit_half_a_device():
+    """An MLP of 0.53 MB of weights with Adam: copied, it needs weights,
+    gradients and two slots, 2.1 MB, on each device."""
+    from agnostic import auto_shard
+
+    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(512),
+                              keras.layers.Dense(2)])
+    weights = sum(int(np.prod(v.shape)) * 4 for v in model.weights)
+    assert auto_shard.needed_bytes(model, ["adam"]) == 4 * weights
+    assert auto_shard.needed_bytes(model, [keras.optimizers.SGD(momentum=0.9)]) == 3 * weights
+    assert auto_shard.slots(keras.optimizers.Adam(use_ema=True)) == 3
+    roomy = auto_plan(model, "adam", memory=10 * 4 * weights)
+    assert roomy.strategy not in ("jax-sharded", "torch-sharded")
+    assert ("shard='auto': not split: 2.1 MB of weights, gradients and optimizer state "
+            "copied on each device, against 50% of the 21.2 MB of one.") in roomy.reason
+    if ENGINE == "tensorflow":
+        with pytest.warns(agnostic.ShardWarning, match="cannot be split here: tf-mirrored"):
+            tight = auto_plan(model, "adam", memory=3 * weights)
+        assert tight.strategy == "tf-mirrored"
+        assert "shard='auto': not split (tensorflow does not shard yet)" in tight.reason
+    else:
+        tight = auto_plan(model, "adam", memory=3 * weights)
+        assert tight.strategy == {"jax": "jax-sharded", "torch": "torch-sharded"}[ENGINE]
+        assert "shard='auto': split: 2.1 MB" in tight.reason
+    unbuilt = auto_plan(keras.Sequential([keras.layers.Dense(2)]), "adam", memory=1)
+    assert "not split: the model is not built yet" in unbuilt.reason
+    assert "memory is unknown" in auto_plan(model, "adam", memory=None).reason
+
+
+@pytest.mark.skipif(ENGINE != "jax", reason="JAX's devices train in this process; "
+                    "torch's would be processes started from it, and TensorFlow refuses "
+                    "to shard (the test above decides for both)")
+def test_auto_on_this_machine_copies_a_small_model_and_trains(caplog):
+    """The real decision here: CPU devices have the machine's memory, which
+    a small model fits; the plan line says so, and fit runs."""
+    import logging
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    with caplog.at_level(logging.INFO, logger="agnostic"):
+        agnostic.backend_agnostic_compile(model, optimizer="adam", loss="mse", gpus=2,
+                                          shard="auto")
+    model.fit(np.ones((8, 8)), np.ones((8, 4)), verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 1
+    line = next(r.getMessage() for r in caplog.records if "plan:" in r.getMessage())
+    assert "strategy=jax-data-parallel" in line
+    assert "shard='auto': not split: 0.6 KB of weights, gradients and optimizer state" in line
+
+
 if ENGINE == "jax":  # JAX shards; the other engines refuse
 
     @pytest.mark.parametrize("replicas", [2, 4])
@@ -249,6 +313,6 @@ else:
             agnostic.backend_agnostic_compile(model, optimizer="sgd", loss="mse", gpus=2,
                                               shard=True)
         assert getattr(model, "optimizer", None) is None  # nothing was done
-        with pytest.raises(TypeError, match="`shard` must be True or False. Received: "
-                                            "shard='yes'"):
+        with pytest.raises(TypeError, match="`shard` must be True, False or 'auto'. "
+                                            "Received: shard='yes'"):
             agnostic.backend_agnostic_compile(model, optimizer="sgd", loss="mse", shard="yes")

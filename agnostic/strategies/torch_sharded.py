@@ -85,10 +85,7 @@ def _whole_after(weights):
 def _refuse_before_any_work(model, call):
     import keras
 
-    given = call.objects(keras.optimizers.Optimizer)
-    named = call.kwargs.get("optimizer", call.args[0] if call.args else None)
-    if isinstance(named, str):
-        given.append(named)
+    given = call.optimizers()
     if keras.config.dtype_policy().name == "mixed_float16":
         given.append(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
     for optimizer in given:

@@ -5,7 +5,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from agnostic import auto_shard, in_place, methods, plan as plan_lib, strategies
+from agnostic import in_place, methods, plan as plan_lib, shard_plan, strategies
 from agnostic.compat import versions
 
 if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine
@@ -82,7 +82,7 @@ def backend_agnostic_compile(
     plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model,
                             shard=shard is True)
     if shard == "auto":
-        plan = auto_shard.applied(plan, model, call.optimizers())
+        plan = shard_plan.auto(plan, model, call.optimizers())
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     plan_lib.announce(plan)
     if plan.relocation_unused:

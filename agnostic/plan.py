@@ -6,7 +6,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
-from agnostic import _startup, cluster, placement
+from agnostic import _startup, cluster, placement, shard_plan
 from agnostic import devices as devices_lib
 from agnostic import errors
 
@@ -166,49 +166,7 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
         placed = placement.requested(model)
     plan = decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placed)
-    return sharded(plan, shard) if shard is True else plan
-
-
-# The strategy that splits weights and optimizer state over the devices, and
-# what it splits.
-SHARDED = {"jax-data-parallel": "jax-sharded", "torch-ddp": "torch-sharded"}
-SPLIT = {
-    "jax-sharded": "each large weight and its optimizer state split over the {n} devices",
-    "torch-sharded": "each process holds 1/{n} of each large weight and its optimizer "
-                     "state between steps, gathered per layer (ZeRO stage 3); gradients "
-                     "are averaged whole",
-}
-
-
-def sharded(plan, shard=True):
-    """`plan` with its weights and optimizer state split over its devices
-    (shard=True), or a NotSupportedError saying where that is possible."""
-    if shard is not True:
-        raise TypeError(f"plan.sharded splits a plan for shard=True (shard='auto' is "
-                        f"decided by agnostic.auto_shard). Received: shard={shard!r}")
-    if plan.num_replicas < 2 and not plan.placements:
-        return plan  # one device holds everything either way
-    why = unsplittable(plan)
-    if why is None:
-        strategy = SHARDED[plan.strategy]
-        split = SPLIT[strategy].format(n=plan.num_replicas)
-        return dataclasses.replace(
-            plan, strategy=strategy, reason=f"{plan.reason.rstrip('.')}; shard=True: {split}.")
-    raise errors.NotSupportedError(
-        f"shard=True splits the weights and optimizer state over the devices on JAX "
-        f"(jax-sharded) and over torch's processes (torch-sharded); this plan is "
-        f"{plan.strategy} on {plan.backend} over {plan.num_replicas} devices, where {why}. "
-        "Train with shard=False (every device holds the whole model), or with "
-        "KERAS_BACKEND=jax or torch. Received: shard=True")
-
-
-def unsplittable(plan):
-    """Why shard=True cannot split `plan` (of several devices), or None."""
-    if plan.placements:
-        return "layers placed with agnostic.device() keep their weights on their devices"
-    if plan.strategy in SHARDED:
-        return None
-    return f"{plan.backend} does not shard yet"
+    return shard_plan.sharded(plan) if shard is True else plan
 
 
 def whole_numbers(gpus):

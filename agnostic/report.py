@@ -168,16 +168,17 @@ def _plan():
 
 def _shard(plan, chosen):
     """What shard=True would split with this plan, or why it is refused."""
-    from agnostic import errors
+    from agnostic import errors, shard_plan
 
     try:
-        split = plan.sharded(chosen)
+        split = shard_plan.sharded(chosen)
     except errors.NotSupportedError:
         return (f"refused: {chosen.strategy} on {chosen.backend}, where "
-                f"{plan.unsplittable(chosen)}")
+                f"{shard_plan.unsplittable(chosen)}")
     if split is chosen:
         return "nothing to split on one device"
-    return f"strategy {split.strategy}: {plan.SPLIT[split.strategy].format(n=split.num_replicas)}"
+    split_text = shard_plan.SPLIT[split.strategy].format(n=split.num_replicas)
+    return f"strategy {split.strategy}: {split_text}"
 
 
 def _memory_gb():

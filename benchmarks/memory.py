@@ -4,9 +4,9 @@ addressable shards of every array; torch: each process's tensors;
 TensorFlow: each device's component of every variable), the engine's peak
 where it keeps one (GPUs), and the step time each way costs, for one model
 (a multilayer perceptron, `--width` wide, trained with Adam: two slots per
-weight) at 1, 2 and 4 devices, on every installed engine. JAX and torch split weights and optimizer state (torch:
-measured after each training step, between steps, where they are split);
-TensorFlow refuses shard=True (docs/sharding.md) and is measured replicated.
+weight) at 1, 2 and 4 devices, on every installed engine. JAX and torch
+split weights and optimizer state (torch: measured after each training
+step, between steps, where they are split); TensorFlow refuses shard=True (docs/sharding.md) and is measured replicated.
 
     python benchmarks/memory.py              # 1, 2 and 4 devices
     python benchmarks/memory.py --smoke      # seconds: checks it runs

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import agnostic
-from agnostic import cluster, devices, plan
+from agnostic import cluster, devices, plan, shard_plan
 from agnostic.devices import DeviceListing
 from tests.conftest import ROOT
 
@@ -351,25 +351,23 @@ def test_a_process_pinned_to_its_own_cores_uses_them_all(monkeypatch):
 
 
 def test_shard_splits_jax_and_torch_and_is_refused_elsewhere():
-    chosen = plan.sharded(plan.decide("jax", GPUS_4))
+    chosen = shard_plan.sharded(plan.decide("jax", GPUS_4))
     assert chosen.strategy == "jax-sharded" and chosen.num_replicas == 4
     assert chosen.reason.endswith("shard=True: each large weight and its optimizer state "
                                   "split over the 4 devices.")
     one = plan.decide("jax", GPUS_4, gpus=1)
-    assert plan.sharded(one) == one  # one device holds everything either way
-    split = plan.sharded(plan.decide("torch", GPUS_4))
+    assert shard_plan.sharded(one) == one  # one device holds everything either way
+    split = shard_plan.sharded(plan.decide("torch", GPUS_4))
     assert (split.strategy, split.num_processes) == ("torch-sharded", 4)
     assert split.reason.endswith("shard=True: each process holds 1/4 of each large weight "
                                  "and its optimizer state between steps, gathered per layer "
                                  "(ZeRO stage 3); gradients are averaged whole.")
     with pytest.raises(agnostic.NotSupportedError,
                        match="where tensorflow does not shard yet.*Received: shard=True"):
-        plan.sharded(plan.decide("tensorflow", GPUS_4))
+        shard_plan.sharded(plan.decide("tensorflow", GPUS_4))
     several = dataclasses.replace(plan.decide("jax", GPUS_4), num_processes=2)
-    assert plan.sharded(several).strategy == "jax-sharded"  # over every process's devices
+    assert shard_plan.sharded(several).strategy == "jax-sharded"  # over every process's devices
     placed = dataclasses.replace(plan.decide("jax", GPUS_4),
                                  placements=(("dense", "/device:GPU:1"),))
     with pytest.raises(agnostic.NotSupportedError, match="placed with agnostic.device()"):
-        plan.sharded(placed)
-    with pytest.raises(TypeError, match="shard='auto' is decided by agnostic.auto_shard"):
-        plan.sharded(plan.decide("jax", GPUS_4), "auto")
+        shard_plan.sharded(placed)

@@ -101,25 +101,25 @@ GPUS_4 = {"jax": ("gpu:0", "gpu:1", "gpu:2", "gpu:3"),
 
 
 def auto_plan(model, optimizer, memory):
-    from agnostic import auto_shard, plan
+    from agnostic import plan, shard_plan
     from agnostic.devices import DeviceListing
 
     listing = DeviceListing(GPUS_4[ENGINE], "cpu:0", accelerators=True)
-    return auto_shard.applied(plan.decide(ENGINE, listing), model, [optimizer],
+    return shard_plan.auto(plan.decide(ENGINE, listing), model, [optimizer],
                               memory=lambda chosen: memory)
 
 
 def test_auto_splits_only_a_model_whose_copies_would_not_fit_half_a_device():
     """An MLP of 0.53 MB of weights with Adam: copied, it needs weights,
     gradients and two slots, 2.1 MB, on each device."""
-    from agnostic import auto_shard
+    from agnostic import shard_plan
 
     model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(512),
                               keras.layers.Dense(2)])
     weights = sum(int(np.prod(v.shape)) * 4 for v in model.weights)
-    assert auto_shard.needed_bytes(model, ["adam"]) == 4 * weights
-    assert auto_shard.needed_bytes(model, [keras.optimizers.SGD(momentum=0.9)]) == 3 * weights
-    assert auto_shard.slots(keras.optimizers.Adam(use_ema=True)) == 3
+    assert shard_plan.needed_bytes(model, ["adam"]) == 4 * weights
+    assert shard_plan.needed_bytes(model, [keras.optimizers.SGD(momentum=0.9)]) == 3 * weights
+    assert shard_plan.slots(keras.optimizers.Adam(use_ema=True)) == 3
     roomy = auto_plan(model, "adam", memory=10 * 4 * weights)
     assert roomy.strategy not in ("jax-sharded", "torch-sharded")
     assert ("shard='auto': not split: 2.1 MB of weights, gradients and optimizer state "

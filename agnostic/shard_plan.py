@@ -1,20 +1,61 @@
-"""shard="auto": split the weights and optimizer state only where copying
-them would not fit a device.
+"""shard=True and shard="auto": the plan that splits each large weight and
+its optimizer state over the devices, where the engine can, and "auto"'s
+choice of it.
 
-Copied on every device, training holds the weights, their gradients and
-the optimizer's slots (SLOTS, per Keras optimizer: Adam's two moments, a
-momentum, an average). "auto" splits them (the plan of shard=True) where
-those bytes come to more than SHARE of the smallest device's memory (the
-rest is left to the activations), and copies them otherwise. The model
-must be built to be measured; an unbuilt one is copied, and the plan line
-says why. The decision is the plan's: every process makes the same one,
-from the same model and devices of the same kind.
+"auto" splits only where copying would not fit a device. Copied on every
+device, training holds the weights, their gradients and the optimizer's
+slots (SLOTS, per Keras optimizer: Adam's two moments, a momentum, an
+average). "auto" splits them (the plan of shard=True) where those bytes
+come to more than SHARE of the smallest device's memory (the rest is left
+to the activations), and copies them otherwise. The model must be built to
+be measured; an unbuilt one is copied, and the plan line says why. Every
+process makes the same choice, from the same model and devices of the same
+kind.
 """
 import dataclasses
 import os
 import warnings
 
 from agnostic import errors
+
+# The strategy that splits weights and optimizer state over the devices, and
+# what it splits.
+SHARDED = {"jax-data-parallel": "jax-sharded", "torch-ddp": "torch-sharded"}
+SPLIT = {
+    "jax-sharded": "each large weight and its optimizer state split over the {n} devices",
+    "torch-sharded": "each process holds 1/{n} of each large weight and its optimizer "
+                     "state between steps, gathered per layer (ZeRO stage 3); gradients "
+                     "are averaged whole",
+}
+
+
+def sharded(plan):
+    """`plan` with its weights and optimizer state split over its devices
+    (shard=True), or a NotSupportedError saying where that is possible."""
+    if plan.num_replicas < 2 and not plan.placements:
+        return plan  # one device holds everything either way
+    why = unsplittable(plan)
+    if why is None:
+        strategy = SHARDED[plan.strategy]
+        split = SPLIT[strategy].format(n=plan.num_replicas)
+        return dataclasses.replace(
+            plan, strategy=strategy, reason=f"{plan.reason.rstrip('.')}; shard=True: {split}.")
+    raise errors.NotSupportedError(
+        f"shard=True splits the weights and optimizer state over the devices on JAX "
+        f"(jax-sharded) and over torch's processes (torch-sharded); this plan is "
+        f"{plan.strategy} on {plan.backend} over {plan.num_replicas} devices, where {why}. "
+        "Train with shard=False (every device holds the whole model), or with "
+        "KERAS_BACKEND=jax or torch. Received: shard=True")
+
+
+def unsplittable(plan):
+    """Why shard=True cannot split `plan` (of several devices), or None."""
+    if plan.placements:
+        return "layers placed with agnostic.device() keep their weights on their devices"
+    if plan.strategy in SHARDED:
+        return None
+    return f"{plan.backend} does not shard yet"
+
 
 # The part of a device's memory the copied weights, gradients and optimizer
 # slots may take; beyond it, "auto" splits them.
@@ -25,17 +66,15 @@ SLOTS = {"SGD": 0, "Adam": 2, "AdamW": 2, "Adamax": 2, "Nadam": 2, "RMSprop": 1,
 UNKNOWN_SLOTS = 2  # an optimizer of the program's own: as many as Adam
 
 
-def applied(plan, model, optimizers, memory=None):
-    """`plan`, split (plan.sharded) where the model copied on every device
-    would not fit (see above), else as it is; its reason says which and why.
+def auto(plan, model, optimizers, memory=None):
+    """`plan`, split (sharded) where the model copied on every device would
+    not fit (see above), else as it is; its reason says which and why.
     `optimizers`: the compile call's, instances or names; `memory(plan)`:
     the bytes of the plan's smallest device, or None (device_bytes)."""
-    from agnostic import plan as plan_lib
-
     if plan.num_replicas < 2 and not plan.placements:
         return plan  # one device holds everything either way
     if plan.backend == "mxnet":  # Keras 2's variables: copied, not measured
-        return _noted(plan, f"not split ({plan_lib.unsplittable(plan)})")
+        return _noted(plan, f"not split ({unsplittable(plan)})")
     need = needed_bytes(model, optimizers)
     have = (memory or device_bytes)(plan)
     if need is None:
@@ -49,7 +88,7 @@ def applied(plan, model, optimizers, memory=None):
              f"device, against {SHARE:.0%} of the {_mb(have)} of one")
     if need <= SHARE * have:
         return _noted(plan, f"not split: {sizes}")
-    why = plan_lib.unsplittable(plan)
+    why = unsplittable(plan)
     if why is not None:
         warnings.warn(
             f"shard='auto': the model would take {sizes}, and it cannot be split here: "
@@ -57,7 +96,7 @@ def applied(plan, model, optimizers, memory=None):
             "and may not fit. Train with KERAS_BACKEND=jax or torch to split it.",
             errors.ShardWarning, stacklevel=3)
         return _noted(plan, f"not split ({why}): {sizes}")
-    return plan_lib.sharded(_noted(plan, f"split: {sizes}"))
+    return sharded(_noted(plan, f"split: {sizes}"))
 
 
 def _noted(plan, text):

@@ -176,8 +176,8 @@ def current_backend():
     if importlib.util.find_spec("keras") is None:
         raise errors.EngineUnavailableError(
             "agnostic needs Keras, which is not installed. Install it with an "
-            "engine, e.g. `pip install 'keras-agnostic[tensorflow]'` or "
-            "`pip install 'keras-agnostic[jax]'`."
+            "engine, e.g. `pip install keras jax`, or agnostic's extra in its clone: "
+            "`pip install '.[jax]'` (see its README's table of extras)."
         )
     try:
         keras = importlib.import_module("keras")
@@ -186,7 +186,7 @@ def current_backend():
                      if importlib.util.find_spec(e) is not None]
         switch = (f"or choose an installed one, e.g. KERAS_BACKEND={installed[0]} (installed: "
                   f"{', '.join(installed)})" if installed else
-                  "e.g. `pip install 'keras-agnostic[jax]'`")
+                  "e.g. `pip install keras jax`")
         raise errors.EngineUnavailableError(
             f"Keras is installed, and its engine is {name} ({source}), which cannot be "
             f"imported: {error}. Install {name}, {switch}."

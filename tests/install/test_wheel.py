@@ -2,6 +2,7 @@
 built from this checkout with pip (build isolation: the build backend comes
 from the package index). Run by the tox environment `install`."""
 import email
+import os
 import re
 import subprocess
 import sys
@@ -61,7 +62,12 @@ def test_the_long_description_renders_without_links_into_the_repository(wheel):
     metadata = email.message_from_bytes(files[f"{info}/METADATA"])
     assert metadata["Description-Content-Type"] == "text/markdown"
     description = metadata.get_payload()
-    assert "pip install \"keras-agnostic[" in description
+    # Installed by the distribution's name there (the README installs from a clone).
+    assert "pip install \"keras-agnostic[tensorflow-cpu]\"" in description
+    # (The first command, which sets up the repository's example, keeps ".[...]".)
+    assert not re.findall(r'(?<!/)pip install "\.\[', description)
+    assert "not on the package index yet" not in description
+    assert "<!--" not in description
     # The registry shows it without the repository: no relative link or image.
     assert not re.findall(r"\]\((?!https?://|#)[^)]*\)", description)
     assert "![" not in description and "<img" not in description
@@ -73,3 +79,20 @@ def test_the_long_description_renders_without_links_into_the_repository(wheel):
     assert html is not None and "<h2" in html
     # Each fenced block closed: the text after the last one is not code.
     assert description.count("```") % 2 == 0
+
+
+def test_the_release_builds_an_sdist_and_a_wheel_that_twine_accepts(tmp_path):
+    """What .github/workflows/release.yml runs before it uploads: `python -m
+    build`, then `twine check --strict` on both files."""
+    built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp_path), ROOT],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    files = sorted(path.name for path in tmp_path.iterdir())
+    assert files == ["keras_agnostic-0.1.0-py3-none-any.whl", "keras_agnostic-0.1.0.tar.gz"]
+    checked = subprocess.run([sys.executable, "-m", "twine", "check", "--strict"]
+                             + [str(tmp_path / name) for name in files],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("PASSED") == 2
+    workflow = open(os.path.join(ROOT, ".github", "workflows", "release.yml")).read()
+    assert "python -m build" in workflow and "twine check --strict dist/*" in workflow

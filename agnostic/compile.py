@@ -68,7 +68,8 @@ def backend_agnostic_compile(
             model built; the plan line says which and why).
 
     Returns:
-        `model`, compiled.
+        `model`, compiled. A later `model.compile(...)` of the program's
+        compiles it through agnostic again, with the same options.
 
     Example:
         >>> backend_agnostic_compile(
@@ -96,7 +97,25 @@ def backend_agnostic_compile(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
         sync_batch_norm=sync_batch_norm, global_view=global_view,
     )
-    return strategy.compile(methods.start_again(model), call)
+    compiled = strategy.compile(methods.start_again(model), call)
+    _compiled_again_alike(model, dict(
+        gpus=gpus, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
+        sync_batch_norm=sync_batch_norm, global_view=global_view, shard=shard))
+    return compiled
+
+
+def _compiled_again_alike(model, options):
+    """A later `model.compile(...)` of the program's (fine-tuning: freeze
+    layers, compile again with a new optimizer) compiles through agnostic
+    with this call's options: the model trains on as before, on every
+    device, rather than half in agnostic's plan and half in Keras's."""
+    def wrapper(compile):
+        def run(*args, **kwargs):
+            backend_agnostic_compile(model, *args, **options, **kwargs)
+
+        return run
+
+    methods.wrap_method(model, "compile", wrapper)
 
 
 # The keywords backend_agnostic_compile takes itself (the rest go to compile).

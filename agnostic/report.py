@@ -148,7 +148,10 @@ def _plan():
     try:
         chosen = plan.resolve()
     except errors.AgnosticError as error:
-        return {"unavailable": str(error)}
+        # An engine that is missing or named wrong is what info is run to
+        # find out: said, with the advice, and not a failure of info's.
+        return {"unavailable": str(error),
+                "engine_missing": isinstance(error, errors.EngineUnavailableError)}
     answers.update(
         backend=chosen.backend, environment=chosen.environment, strategy=chosen.strategy,
         replicas=chosen.num_replicas, processes=chosen.num_processes,
@@ -275,8 +278,12 @@ def _engine_line(answer):
 
 
 def succeeded(report):
+    """Whether info's exit status is 0: a plan, or an engine missing (the
+    report names it, with what to install or set); not a bad setting."""
     plan = report["plan"]
-    return "unavailable" not in plan and "error" not in plan
+    if "error" in plan:
+        return False
+    return "unavailable" not in plan or bool(plan.get("engine_missing"))
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--plan"]:

@@ -40,7 +40,7 @@ def test_info_reports_versions_and_the_plan():
     try:
         import keras
     except ImportError:
-        assert result.returncode == 1
+        assert result.returncode == 0  # info found what is missing, and says so
         assert "keras: not installed" in result.stdout
         assert "plan: unavailable: agnostic needs Keras" in result.stdout
         return
@@ -97,7 +97,7 @@ def keras_is_installed():
 
 def test_info_names_an_unknown_engine_without_a_traceback(tmp_path):
     result = info_with(tmp_path, KERAS_BACKEND="jaxx")
-    assert result.returncode == 1
+    assert result.returncode == 0  # the advice is the answer
     assert "engine: jaxx (from KERAS_BACKEND" in result.stdout
     assert ("plan: unavailable: KERAS_BACKEND names the engine 'jaxx', which Keras does "
             "not know. Use one of: tensorflow, jax, torch") in result.stdout
@@ -111,7 +111,7 @@ def test_info_says_where_the_engine_comes_from_and_how_to_switch(tmp_path):
     result = info_with(tmp_path, KERAS_BACKEND=None)
     path = str(tmp_path / "keras.json")
     assert f"engine: openvino (from {path}; switch with KERAS_BACKEND=...)" in result.stdout
-    assert result.returncode == 1
+    assert result.returncode == 0  # a missing engine is named, with the advice
     if keras_is_installed():
         assert (f"plan: unavailable: Keras is installed, and its engine is openvino (from "
                 f"{path}), which cannot be imported") in result.stdout
@@ -169,7 +169,7 @@ def test_info_json_is_a_whole_environment_report_without_engine_noise(tmp_path):
         assert report["plan"]["backend"] == os.environ["KERAS_BACKEND"]
         assert report["plan"]["replicas"] == max(1, cpu_devices())
     else:
-        assert result.returncode == 1
+        assert result.returncode == 0
         assert "agnostic needs Keras" in report["plan"]["unavailable"]
     # The engines' start-up lines (TensorFlow's oneDNN and CUDA notices, ...)
     # stay in the processes that asked them.

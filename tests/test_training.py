@@ -26,15 +26,20 @@ def test_the_simulated_devices_are_there():
     assert plan.strategy != "single-device"
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_compiling_again_after_freezing_a_layer(replicas, tmp_path):
+@pytest.mark.parametrize("replicas, scenario", [(1, "finetune"), (2, "finetune"),
+                                               (2, "finetune_plain")])
+def test_compiling_again_after_freezing_a_layer(replicas, scenario, tmp_path):
     # Fine-tuning: the returned model trains, a layer is frozen, the model is
     # compiled again and trains on. Wrappers from the first compile must not
     # stack on the second (a batch sharded twice, gradients averaged twice).
-    result, _, _ = run_script(SCENARIO, "finetune", replicas, tmp_path)
+    # finetune_plain: the second compile is the program's plain
+    # model.compile, which compiles through agnostic again (a second plan).
+    result, _, _ = run_script(SCENARIO, scenario, replicas, tmp_path)
     assert result["frozen_moved"] == 0
     assert result["model_vs_reference"] < 1e-5
     np.testing.assert_allclose(*result["loss"], atol=1e-3)
+    assert len(result["plans"]) == 2, result["plans"]
+    assert all(f"replicas={replicas}" in line for line in result["plans"])
 
 
 @pytest.mark.parametrize("replicas", [2, 4])

@@ -104,10 +104,11 @@ def split(replicas, folder):
             "predict": predicted}
 
 
-def finetune(replicas, folder):
+def finetune(replicas, folder, again_plainly=False):
     """Transfer learning as Keras users write it: train, freeze a layer,
     compile the model again (with a new optimizer), train on. The same with
-    plain compile on one device is the reference."""
+    plain compile on one device is the reference. `again_plainly`: the
+    second compile is the program's plain `model.compile(...)`."""
     x, y = models.data()
 
     def train(compile_again):
@@ -127,17 +128,28 @@ def finetune(replicas, folder):
         return model
 
     expected, expected_loss, _ = train(plain)
-    model, loss, frozen_moved = train(lambda model: agnostic.backend_agnostic_compile(
-        model, optimizer=models.sgd(keras), gpus=replicas, **models.COMPILE))
+    def shim(model):
+        if again_plainly and getattr(model, "optimizer", None) is not None:
+            return plain(model)  # compiled through agnostic before
+        return agnostic.backend_agnostic_compile(model, optimizer=models.sgd(keras),
+                                                 gpus=replicas, **models.COMPILE)
+
+    records = models.Records()
+    logging.getLogger("agnostic").addHandler(records)
+    logging.getLogger("agnostic").setLevel(logging.INFO)
+    model, loss, frozen_moved = train(shim)
     if agnostic.resolve(gpus=replicas).process_id != 0:
         return None
     return {"model_vs_reference": models.relative_difference(expected.get_weights(),
                                                              model.get_weights()),
-            "loss": [loss, expected_loss], "frozen_moved": frozen_moved}
+            "loss": [loss, expected_loss], "frozen_moved": frozen_moved,
+            "plans": [line for line in records.messages if line.startswith("plan:")]}
 
 
 if __name__ == "__main__":
     name, replicas, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    result = {"equivalence": equivalence, "split": split, "finetune": finetune}[name](replicas, folder)
+    scenarios = {"equivalence": equivalence, "split": split, "finetune": finetune,
+                 "finetune_plain": lambda r, f: finetune(r, f, again_plainly=True)}
+    result = scenarios[name](replicas, folder)
     if result is not None:
         print(json.dumps(result))

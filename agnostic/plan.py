@@ -116,7 +116,8 @@ class Plan:
             return None
         return "nccl" if self.devices[0].startswith("cuda") else "gloo"
 
-    def describe(self):
+    def describe(self, reason=True):
+        """The plan line; `reason`: with why (left out where a warning says it)."""
         devices = ", ".join(self.devices)
         placed = ""
         if self.placements:
@@ -126,7 +127,8 @@ class Plan:
         return (
             f"plan: backend={self.backend} strategy={self.strategy} "
             f"replicas={self.num_replicas} processes={self.num_processes}{threads} "
-            f"environment={self.environment} devices=[{devices}]{placed}: {self.reason}"
+            f"environment={self.environment} devices=[{devices}]{placed}"
+            + (f": {self.reason}" if reason else " (why: the SingleDeviceWarning below)")
         )
 
 
@@ -474,7 +476,8 @@ def announce(plan):
     if plan.process_id != 0:
         return
     _visible()
-    logger.info(plan.describe())
+    # One device: the warning says why, once.
+    logger.info(plan.describe(reason=not plan.fallback_warning))
     if plan.fallback_warning:
         warnings.warn(plan.fallback_warning, errors.SingleDeviceWarning, stacklevel=3)
     if plan.placement_warning:

@@ -307,6 +307,22 @@ def test_more_simulated_devices_than_cores_are_said(monkeypatch):
     assert "take turns" not in plan.decide("jax", CPUS_2).describe()
 
 
+def test_a_single_device_plan_says_why_once(caplog):
+    """The plan line leaves the reason to the SingleDeviceWarning, which
+    gives it with the advice (not the same sentence twice)."""
+    import logging
+
+    single = plan.decide("jax", ONE_CPU)
+    assert single.fallback_warning.startswith(single.reason.rstrip("."))
+    with caplog.at_level(logging.INFO, logger="agnostic"), \
+            pytest.warns(agnostic.SingleDeviceWarning) as warned:
+        plan.announce(single)
+    (line,) = [r.getMessage() for r in caplog.records if "plan:" in r.getMessage()]
+    assert line.endswith("devices=[/device:CPU:0] (why: the SingleDeviceWarning below)")
+    assert single.reason not in line
+    assert str(warned[0].message) == single.fallback_warning
+
+
 ANNOUNCE = (
     "import logging\n{setup}\n"
     "from agnostic import plan\n"

@@ -54,7 +54,7 @@ LAUNCH_EXAMPLES = """examples:
 
 output: rank 0's reaches the terminal as it is; every other rank's standard error
 too, each line starting with [rank<r>]:, and its standard output goes to a file
-(under --log-dir, else in a folder of the temp dir, said at start).
+(under --log-dir, else in a folder of the temp dir, named at the end if kept).
 """
 
 

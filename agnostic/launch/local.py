@@ -14,7 +14,7 @@ run is preempted (agnostic/preemption.py): no worker's end counts as a failure.
 Output, as torchrun's: rank 0 is this process, its output untouched; each
 worker's standard error reaches this process's, every line prefixed with its
 rank ([rank1]: ...), and its standard output is written to a log folder made
-in the temp dir, said once at start (launch/output.py).
+in the temp dir, named at the end where a worker wrote there (launch/output.py).
 """
 import atexit
 import logging
@@ -131,9 +131,8 @@ class Workers:
         self._exiting = False  # rank 0 has ended: wait() runs
         self.reports = tempfile.mkdtemp(prefix="agnostic-failures-")
         chosen = output.Output()  # torchrun's default: the shim takes no flags
-        self.logs = output.Folder(chosen)
+        self.logs = output.Folder(chosen)  # named at the end, if kept
         ranks = [(rank, local_ranks[rank]) for rank in range(1, world_size)]
-        logger.warning("agnostic: %s.", self.logs.notice(chosen, ranks, "rank_<r>"))
         self.streams = output.Streams(chosen, self.logs.path)
         self.processes = processes.Processes(finished=self.reports)
         # Rank 0's standard error, for a worker to say why it ended a
@@ -316,3 +315,6 @@ class Workers:
         empty files removed (the folder too, when nothing is left)."""
         self.streams.close()
         self.logs.finish()
+        kept = self.logs.kept()
+        if kept:
+            logger.warning("agnostic: %s.", kept)

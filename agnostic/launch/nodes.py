@@ -102,16 +102,20 @@ def run(command, launch, secret_file=None, listen_addr=None):
     finally:
         if logs:
             logs.finish()
+            kept = logs.kept()
+            if kept:
+                logger.warning("agnostic launch: %s; --log-dir DIR chooses the folder.", kept)
 
 
 def _log_folder(launch, ranks):
-    """The run's log folder, said once on stderr; None when no file is needed."""
+    """The run's log folder (--log-dir's said at the start; a temporary one
+    at the end, if kept); None when no file is needed."""
     if not output.needs_folder(launch.output, ranks):
         return None
     folder = output.Folder(launch.output, launch.run_id)
-    notice = folder.notice(launch.output, ranks, os.path.join("attempt_<n>", "rank_<r>"))
-    logger.warning("agnostic launch: %s%s", notice,
-                   "; --log-dir DIR chooses the folder." if folder.temporary else ".")
+    if not folder.temporary:
+        notice = folder.notice(launch.output, ranks, os.path.join("attempt_<n>", "rank_<r>"))
+        logger.warning("agnostic launch: %s.", notice)
     return folder
 
 

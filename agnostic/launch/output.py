@@ -5,7 +5,9 @@ does it:
 - every other rank's standard error reaches it too, each line prefixed with
   the rank (`[rank1]: ...`);
 - every other rank's standard output is written to a log file, never thrown
-  away: under --log-dir, else in a folder made in the system's temp dir.
+  away: under --log-dir, else in a folder made in the system's temp dir,
+  which is kept, and named at the end, only if a process wrote there (what
+  the terminal did not show).
 
 --log-dir DIR writes every stream of every process to files under DIR;
 --tee 1 (or 3) shows the other ranks' standard output on the terminal too;
@@ -51,9 +53,8 @@ class Output:
 
     def filed(self, rank, local_rank, stream):
         """Whether `stream` is written to a file: under --log-dir always,
-        else when it does not reach the terminal as it is."""
-        return self.log_dir is not None or not (rank == 0 and self.shown(rank, local_rank,
-                                                                          stream))
+        else when it does not reach the terminal."""
+        return self.log_dir is not None or not self.shown(rank, local_rank, stream)
 
 
 def parse_tee(value):
@@ -111,21 +112,28 @@ class Folder:
             self.path = tempfile.mkdtemp(prefix=f"{run_id}_", dir=output.log_dir)
 
     def notice(self, output, ranks, layout):
-        """The sentence that says where the output of `ranks` ((rank, local
-        rank) pairs) is written; `layout`: the folders inside, such as rank_<r>."""
+        """Under --log-dir, said at the start: where the output of `ranks`
+        ((rank, local rank) pairs) is written; `layout`: the folders inside,
+        such as rank_<r>."""
         filed = [rank for rank, local in ranks
                  if any(output.filed(rank, local, stream) for stream in STREAMS)]
-        if len(filed) == 1:
-            named = f"rank {filed[0]}"
-        elif len(filed) > 2 and filed == list(range(filed[0], filed[-1] + 1)):
-            named = f"ranks {filed[0]} to {filed[-1]}"
-        else:
-            named = "ranks " + ", ".join(map(str, filed[:-1])) + f" and {filed[-1]}"
         where = os.path.join(self.path, layout)
-        if not self.temporary:
-            return f"the output of {named} is written to {where} (stdout.log, stderr.log)"
-        return (f"the output of {named} is also written to {where} (stdout.log, "
-                "stderr.log): what this terminal does not show is there")
+        return f"the output of {_ranks(filed)} is written to {where} (stdout.log, stderr.log)"
+
+    def kept(self):
+        """A temporary folder, once finished: the sentence naming what its
+        processes wrote that the terminal did not show, or None where nothing
+        was (the folder is then gone)."""
+        if not self.temporary or not os.path.isdir(self.path):
+            return None
+        files = sorted(os.path.relpath(os.path.join(top, name), self.path)
+                       for top, _, names in os.walk(self.path) for name in names)
+        if not files:
+            return None
+        ranks = sorted({int(part[len("rank_"):]) for path in files
+                        for part in path.split(os.sep) if part.startswith("rank_")})
+        return (f"what the terminal did not show of the output of {_ranks(ranks)} is in "
+                f"{self.path}: {', '.join(files)}")
 
     def finish(self):
         """A temporary folder: its empty files go, and the folder if nothing is left."""
@@ -143,6 +151,14 @@ class Folder:
                 os.rmdir(top)  # only when empty
             except OSError:
                 pass
+
+
+def _ranks(ranks):
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]} to {ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
 def needs_folder(output, ranks):
@@ -184,15 +200,17 @@ class Streams:
         targets, opened, copies = {}, [], []
         for stream in STREAMS:
             shown = self.output.shown(rank, local_rank, stream)
-            if not self.output.filed(rank, local_rank, stream):
+            filed = self.output.filed(rank, local_rank, stream)
+            prefix = b"" if rank == 0 else f"[rank{rank}]: ".encode()
+            if shown and not filed and not prefix:
                 targets[stream] = None  # the terminal, as it is
                 continue
             file = open(self._path(rank, stream), "wb")
             opened.append(file)
-            if shown:  # the terminal (prefixed unless rank 0) and the file
+            if shown:  # the terminal (prefixed unless rank 0), and the file: every
+                # line where filed, else those marked for the log only
                 targets[stream] = subprocess.PIPE
-                prefix = b"" if rank == 0 else f"[rank{rank}]: ".encode()
-                copies.append((stream, file, prefix))
+                copies.append((stream, file, prefix, not filed))
             else:
                 targets[stream] = file
         try:
@@ -204,9 +222,10 @@ class Streams:
         for file in opened:  # the child holds its own copy
             if not any(file is copy[1] for copy in copies):
                 file.close()
-        for stream, file, prefix in copies:
+        for stream, file, prefix, hidden_only in copies:
             thread = threading.Thread(
-                target=_copy, args=(getattr(process, stream), file, CONSOLES[stream], prefix),
+                target=_copy, args=(getattr(process, stream), file, CONSOLES[stream], prefix,
+                                    hidden_only),
                 name=f"agnostic-{stream}-rank{rank}", daemon=True)
             thread.start()
             self.threads.append(thread)
@@ -226,14 +245,15 @@ class Streams:
         self.threads = [thread for thread in self.threads if thread.is_alive()]
 
 
-def _copy(pipe, file, console, prefix):
-    """Line by line from `pipe` to `file` and the terminal, until the process ends."""
+def _copy(pipe, file, console, prefix, hidden_only=False):
+    """Line by line from `pipe` to `file` and the terminal, until the process
+    ends; `hidden_only`: only the lines the terminal is not shown go to `file`."""
     with pipe, file:
         for line in iter(pipe.readline, b""):
             log_only = line.startswith(LOG_ONLY)
             if log_only:
                 line = line[len(LOG_ONLY):]
-            if file is not None:
+            if file is not None and (log_only or not hidden_only):
                 try:
                     file.write(line)
                     file.flush()

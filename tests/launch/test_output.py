@@ -1,7 +1,8 @@
 """Where launched processes' output goes (torchrun's conventions): rank 0's
 on the terminal as it is, the other ranks' standard error there with a
-[rankN]: prefix, their standard output in log files, never thrown away;
---log-dir, --tee and --local-ranks-filter. Real launches of scripts that
+[rankN]: prefix, their standard output in log files, never thrown away (a
+temporary folder kept, and named at the end, only where a process wrote
+what the terminal did not show); --log-dir, --tee and --local-ranks-filter. Real launches of scripts that
 import no engine, through `agnostic launch` and through the shim's own
 workers (agnostic.launch.local)."""
 import glob
@@ -40,16 +41,18 @@ def test_rank_0_on_the_terminal_the_others_stderr_prefixed_their_stdout_in_a_fil
     assert lines(out) == ["stdout of rank 0"]  # a plain print, on the terminal
     assert "stderr of rank 0" in lines(err)  # as it is
     assert "[rank1]: stderr of rank 1" in lines(err) and "[rank2]: stderr of rank 2" in lines(err)
-    # The others' stdout: in a folder of the temp dir, said once at start.
+    # The others' stdout, which the terminal did not show: in a folder of the
+    # temp dir, named once, at the end (their stderr was shown: not filed).
     [folder] = temporary_logs(prints)
     assert err.count(folder) == 1
-    assert (f"agnostic launch: the output of ranks 1 and 2 is also written to {folder}"
-            f"{os.sep}attempt_<n>{os.sep}rank_<r> (stdout.log, stderr.log): what this "
-            "terminal does not show is there; --log-dir DIR chooses the folder.") in err
+    files = [os.path.join("attempt_0", f"rank_{rank}", "stdout.log") for rank in (1, 2)]
+    assert lines(err)[-1] == (
+        f"agnostic launch: what the terminal did not show of the output of ranks 1 and 2 "
+        f"is in {folder}: {', '.join(files)}; --log-dir DIR chooses the folder.")
     for rank in (1, 2):
         logs = os.path.join(folder, "attempt_0", f"rank_{rank}")
         assert read(os.path.join(logs, "stdout.log")) == f"stdout of rank {rank}\n"
-        assert read(os.path.join(logs, "stderr.log")) == f"stderr of rank {rank}\n"
+        assert not os.path.exists(os.path.join(logs, "stderr.log"))
     assert not os.path.exists(os.path.join(folder, "attempt_0", "rank_0"))
 
 
@@ -60,11 +63,13 @@ def test_one_process_makes_no_log_folder_and_says_nothing(prints):
     assert temporary_logs(prints) == []
 
 
-def test_a_temporary_log_folder_left_empty_is_removed(tmp_path):
-    (tmp_path / "quiet.py").write_text("")
+def test_a_temporary_log_folder_left_empty_is_removed_and_not_named(tmp_path):
+    # Rank 1 writes only what the terminal shows (its stderr): no folder left.
+    (tmp_path / "quiet.py").write_text("import sys\nprint('shown', file=sys.stderr)\n")
     code, _, err = launch(tmp_path, "--nproc-per-node", "2", "quiet.py")
     assert code == 0, err
-    assert "is also written to" in err and temporary_logs(tmp_path) == []
+    assert "[rank1]: shown" in lines(err)
+    assert "did not show" not in err and temporary_logs(tmp_path) == []
 
 
 def test_log_dir_holds_every_stream_of_every_process(prints):
@@ -72,8 +77,9 @@ def test_log_dir_holds_every_stream_of_every_process(prints):
                             "--rdzv_id", "job7", "prints.py")
     assert code == 0, err
     [run] = glob.glob(str(prints / "logs" / "job7_*"))  # torchrun's <rdzv-id>_<unique>
-    assert (f"agnostic launch: the output of ranks 0 and 1 is written to {run}{os.sep}"
-            f"attempt_<n>{os.sep}rank_<r> (stdout.log, stderr.log).") in err
+    assert lines(err)[0] == (f"agnostic launch: the output of ranks 0 and 1 is written to "
+                             f"{run}{os.sep}attempt_<n>{os.sep}rank_<r> (stdout.log, "
+                             "stderr.log).")  # said at the start
     for rank in (0, 1):
         logs = os.path.join(run, "attempt_0", f"rank_{rank}")
         assert read(os.path.join(logs, "stdout.log")) == f"stdout of rank {rank}\n"
@@ -103,10 +109,11 @@ def test_local_ranks_filter_shows_only_those_ranks(prints):
                             "--tee", "3", "prints.py")
     assert code == 0, err
     assert sorted(lines(out)) == ["[rank1]: stdout of rank 1", "[rank2]: stdout of rank 2"]
-    assert "of rank 0" not in err and "[rank2]: stderr of rank 2" in lines(err)
+    assert "stdout of rank 0" not in err and "stderr of rank 0" not in err
+    assert "[rank2]: stderr of rank 2" in lines(err)
     # Rank 0's output is not lost: its files are in the temp dir's folder.
     [folder] = temporary_logs(prints)
-    assert "the output of ranks 0 to 2 is also written to" in err
+    assert f"what the terminal did not show of the output of rank 0 is in {folder}" in err
     rank_0 = os.path.join(folder, "attempt_0", "rank_0")
     assert read(os.path.join(rank_0, "stdout.log")) == "stdout of rank 0\n"
     assert read(os.path.join(rank_0, "stderr.log")) == "stderr of rank 0\n"
@@ -175,21 +182,21 @@ def test_the_shims_workers_follow_the_same_convention(tmp_path):
     assert [l for l in said if l.startswith("[rank1]: ")] == [
         f"[rank1]: err {index} " + "e" * 40 for index in range(20000)]
     [folder] = temporary_logs(tmp_path)
-    assert (f"agnostic: the output of rank 1 is also written to {folder}{os.sep}rank_<r> "
-            "(stdout.log, stderr.log): what this terminal does not show is there.") in said
+    assert (f"agnostic: what the terminal did not show of the output of rank 1 is in "
+            f"{folder}: {os.path.join('rank_1', 'stdout.log')}.") in said
     assert read(os.path.join(folder, "rank_1", "stdout.log")) == "stdout of the worker\n"
-    assert read(os.path.join(folder, "rank_1", "stderr.log")).count("\n") == 20000
+    assert not os.path.exists(os.path.join(folder, "rank_1", "stderr.log"))  # shown
     assert not glob.glob(str(tmp_path / "agnostic-failures-*"))
 
 
 # What reaches the terminal and what a file, decided without a process.
 @pytest.mark.parametrize("chosen, rank, local_rank, shown, filed", [
     (output.Output(), 0, 0, {"stdout", "stderr"}, set()),
-    (output.Output(), 3, 1, {"stderr"}, {"stdout", "stderr"}),
-    (output.Output(tee=1), 3, 1, {"stdout", "stderr"}, {"stdout", "stderr"}),
+    (output.Output(), 3, 1, {"stderr"}, {"stdout"}),
+    (output.Output(tee=1), 3, 1, {"stdout", "stderr"}, set()),
     (output.Output(log_dir="logs"), 0, 0, {"stdout", "stderr"}, {"stdout", "stderr"}),
     (output.Output(local_ranks=frozenset({1})), 0, 0, set(), {"stdout", "stderr"}),
-    (output.Output(local_ranks=frozenset({1})), 5, 1, {"stderr"}, {"stdout", "stderr"}),
+    (output.Output(local_ranks=frozenset({1})), 5, 1, {"stderr"}, {"stdout"}),
 ])
 def test_what_is_shown_and_what_is_filed(chosen, rank, local_rank, shown, filed):
     assert {s for s in output.STREAMS if chosen.shown(rank, local_rank, s)} == shown
@@ -215,8 +222,7 @@ def test_a_failing_shim_worker_has_its_last_lines_shown_before_rank_0_exits(tmp_
     assert len([l for l in said if l.startswith("[rank1]: err ")]) == 2000
     assert "[rank1]: the worker's last words" in said
     assert "(rank 1 of 2) exited with status 3" in result.stderr
-    [folder] = temporary_logs(tmp_path)
-    assert read(os.path.join(folder, "rank_1", "stderr.log")).endswith("last words\n")
+    assert temporary_logs(tmp_path) == []  # everything it wrote was shown
 
 
 SHIM_WARNS = """import os, sys, warnings
@@ -238,7 +244,9 @@ def test_a_shim_workers_warnings_go_to_its_log_file_not_the_terminal(tmp_path):
     assert "UserWarning: a warning rank 0 gives" in result.stderr
     assert "a warning only the worker gives" not in result.stderr
     assert "[rank1]: an error line of the worker" in lines(result.stderr)
-    [folder] = temporary_logs(tmp_path)
+    [folder] = temporary_logs(tmp_path)  # kept: it holds what was not shown
     filed = read(os.path.join(folder, "rank_1", "stderr.log"))
     assert "UserWarning: a warning only the worker gives\n" in filed
-    assert "\x1e" not in filed and "an error line of the worker\n" in filed
+    assert "\x1e" not in filed and "an error line of the worker" not in filed  # shown
+    assert (f"agnostic: what the terminal did not show of the output of rank 1 is in "
+            f"{folder}: {os.path.join('rank_1', 'stderr.log')}.") in lines(result.stderr)

@@ -31,6 +31,7 @@ def total(sizes):
 
 
 SHARDED_SCRIPT = os.path.join(ROOT, "tests", "scripts", "sharded.py")
+READS = os.path.join(ROOT, "tests", "scripts", "sharded_reads.py")
 
 
 def run_sharded_script(tmp_path, counts, launcher=None, optimizer=""):
@@ -273,12 +274,21 @@ elif ENGINE == "torch":  # each process holds 1/N of the weights and optimizer s
         for name, value in saved["plain"].items():
             np.testing.assert_allclose(saved["second"][name], value, atol=1e-5, err_msg=name)
 
+    def test_a_step_of_the_programs_own_reads_weights_between_backward_and_update():
+        """Its read gathers the weight (Keras's own step reads only the
+        gradients there, and nothing is gathered for it): the same norms
+        and weights as one device."""
+        plain = run_script(READS, "between-plain")[0]
+        sharded = run_script(READS, "between")[0]
+        assert len(sharded["norms"]) == 4
+        np.testing.assert_allclose(sharded["norms"], plain["norms"], rtol=1e-5)
+        np.testing.assert_allclose(sharded["weights"], plain["weights"], rtol=1e-5)
+
     def test_a_weight_read_during_fit_by_one_process_only_is_named_not_mixed():
         """Process 0 reads the first kernel and process 1 the second (of the
         same size) during fit: each gather carries its weight's index, so
         both processes fail naming the two weights."""
-        _, stdout, stderr = run_script(os.path.join(ROOT, "tests", "scripts",
-                                                    "sharded_reads.py"), check=False)
+        _, stdout, stderr = run_script(READS, "one-process", check=False)
         assert "trained" not in stdout
         assert ("Process 0 read weight 'sequential/dense/kernel' during fit while process 1 "
                 "read 'sequential/dense_1/kernel'") in stderr, stderr[-3000:]

@@ -13,7 +13,15 @@ instance only; the class itself is untouched) whose `value` asks its holder
 first and whose `_direct_assign` goes through it; `release` puts the class
 back.
 """
+import os
+import sys
+
 from agnostic.compat import versions
+
+# Keras's torch trainer: between backward and the optimizer's update, its
+# train_step reads each weight's gradient, `variable.value.grad`, and no
+# weight's values (`reads_only_gradients`).
+TRAINER = os.path.join("keras", "src", "backend", "torch", "trainer.py")
 
 # The variable's key in its __dict__ for its holder.
 HOLDER = "_agnostic_held"
@@ -36,9 +44,16 @@ def layers(model):
     return list(model._flatten_layers(include_self=True))
 
 
+def reads_only_gradients(frame):
+    """Whether the code of `frame` (a variable's reader) is Keras's torch
+    trainer, which reads weights only for their gradients after backward."""
+    return frame.f_code.co_filename.endswith(TRAINER)
+
+
 def intercept(variable, holder):
-    """`variable`'s reads call `holder.wanted()` first; its assigns call
-    `holder.assigned(assign, value)`, `assign` being Keras's own."""
+    """`variable`'s reads call `holder.wanted(reader)` first (`reader`: the
+    reading code's frame); its assigns call `holder.assigned(assign, value)`,
+    `assign` being Keras's own."""
     variable.__dict__[HOLDER] = holder
     variable.__class__ = _subclass(type(variable))
 
@@ -56,7 +71,7 @@ def _subclass(kind):
         def value(self):
             holder = self.__dict__.get(HOLDER)
             if holder is not None:
-                holder.wanted()
+                holder.wanted(sys._getframe(1))
             return kind.value.fget(self)
 
         def _direct_assign(self, new):
@@ -79,8 +94,9 @@ def probe(keras):
     class Holder:
         reads, assigns = 0, 0
 
-        def wanted(self):
+        def wanted(self, reader):
             self.reads += 1
+            self.reader = reader.f_code.co_filename
 
         def assigned(self, assign, value):
             self.assigns += 1
@@ -105,7 +121,8 @@ def probe(keras):
     try:
         keras.ops.matmul(keras.ops.ones((1, 3)), kernel)
         kernel.assign(keras.ops.zeros((3, 2)))
-        if holder.reads < 1 or holder.assigns != 1 or float(keras.ops.sum(kernel)) != 0:
+        if holder.reads < 1 or holder.assigns != 1 or float(keras.ops.sum(kernel)) != 0 \
+                or not holder.reader.startswith(os.path.dirname(keras.__file__)):
             raise versions.moved("Variable.value read by ops and _direct_assign called by "
                                  "assign")
         if kernel.value is not parameter(kernel):
@@ -114,3 +131,16 @@ def probe(keras):
         release(kernel)
     if type(kernel) is not keras.Variable and type(kernel).__mro__[1] in _originals:
         raise versions.moved("a released variable's class")
+    _probe_trainer()
+
+
+def _probe_trainer():
+    import inspect
+
+    from keras.src.backend.torch import trainer
+
+    source = inspect.getsource(trainer)
+    if not inspect.getsourcefile(trainer).endswith(TRAINER) or \
+            ".value.grad for v in trainable_weights" not in source:
+        raise versions.moved("the torch trainer's train_step reading `v.value.grad` after "
+                             "backward")

@@ -6,7 +6,7 @@ Used by strategies.torch_ddp (and torch-device-parallel, through it).
 import logging
 
 from agnostic import batching, errors, in_place, methods
-from agnostic.compat import torch_empty_share, torch_keras_ddp
+from agnostic.compat import torch_empty_share, torch_keras_ddp, torch_variables
 from agnostic.strategies import torch_reduce
 
 logger = logging.getLogger("agnostic")
@@ -14,6 +14,12 @@ logger = logging.getLogger("agnostic")
 # DistributedDataParallel's bucket size (its default): gradients are summed
 # one bucket per collective, each sent as soon as backward has filled it.
 BUCKET_MB = 25
+
+
+def _grad(variable):
+    """A weight's gradient, read from its parameter (not through its value,
+    which under shard=True would gather a freed weight)."""
+    return torch_variables.parameter(variable).grad
 
 
 def step_data(args, kwargs):
@@ -215,7 +221,7 @@ class GradientSteps:
     def average(self, gradients, variables):
         self.applied = True
         if self.forwards and variables is not None and len(gradients) == len(variables) \
-                and all(g is v.value.grad for g, v in zip(gradients, variables)):
+                and all(g is _grad(v) for g, v in zip(gradients, variables)):
             if all(g is not None for g in gradients):
                 return  # DistributedDataParallel averaged them during backward
             self._without_parallel(variables)
@@ -233,7 +239,7 @@ class GradientSteps:
         DistributedDataParallel's reducer then never finishes, and fails at the
         next step. This step's gradients are averaged here instead, and so are
         every later step's, without the overlap."""
-        unused = [v.path for v in variables if v.value.grad is None]
+        unused = [v.path for v in variables if _grad(v) is None]
         logger.info("%d trainable weights of %s got no gradient (%s); its "
                     "gradients are averaged when the optimizer gets them, not "
                     "during backward.", len(unused), self.model.name, ", ".join(unused[:3]))

@@ -37,6 +37,7 @@ from agnostic.strategies import torch_optimizer_shards as shards
 
 # The weights' key in a model's __dict__ (out of Keras's tracking).
 KEY = "_agnostic_weight_shards"
+INDEX_BYTES = 8  # each gathered slice ends with its weight's index, an int64
 
 
 def of(model, rank, world):
@@ -90,21 +91,30 @@ class Held:
         weights = self.weights
         with torch.no_grad():
             flat = self.parameter.data.view(-1)
-            send = shards.padded([self.part], max(self.split.counts))
-            send = torch.cat([send, send.new_full((1,), self.index)])
+            values = shards.padded([self.part], max(self.split.counts))
+            index = torch.tensor([self.index], dtype=torch.int64, device=values.device)
+            # As bytes: the index exact whatever the weight's dtype (bfloat16's
+            # whole numbers stop at 256).
+            send = torch.cat([values.view(torch.uint8), index.view(torch.uint8)])
             received = [torch.empty_like(send) for _ in range(weights.world)]
             dist.all_gather(received, send, group=weights.group)
-            for rank, values in enumerate(received):
-                if int(values[-1]) != self.index:
-                    raise weights.mismatched(self, rank, int(values[-1]))
-                self.split.of(flat, rank).copy_(values[:self.split.counts[rank]])
+            for rank, raw in enumerate(received):
+                sent = int(raw[-INDEX_BYTES:].view(torch.int64))
+                if sent != self.index:
+                    raise weights.mismatched(self, rank, sent)
+                part = raw[:-INDEX_BYTES].view(values.dtype)[:self.split.counts[rank]]
+                self.split.of(flat, rank).copy_(part)
         weights.gathers += 1
 
-    def wanted(self):
-        """A read of the variable: the whole weight, gathered if freed (after
-        backward, until the update, a read is for the weight's .grad)."""
-        if not self.whole and not self.weights.after_backward:
-            self.gather()
+    def wanted(self, reader):
+        """A read of the variable by the code of frame `reader`: the whole
+        weight, gathered if freed; not where, after backward and before the
+        update, Keras's trainer reads it for its .grad (its values then are
+        read by nothing: a read of a freed weight's values would crash)."""
+        if self.whole or (self.weights.after_backward
+                          and torch_variables.reads_only_gradients(reader)):
+            return
+        self.gather()
 
     def _allocate(self):
         self.storage().resize_(self.bytes)

@@ -97,11 +97,11 @@ def backend_agnostic_compile(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
         sync_batch_norm=sync_batch_norm, global_view=global_view,
     )
-    compiled = strategy.compile(methods.start_again(model), call)
+    result = strategy.compile(methods.start_again(model), call)
     _compiled_again_alike(model, dict(
         gpus=gpus, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
         sync_batch_norm=sync_batch_norm, global_view=global_view, shard=shard))
-    return compiled
+    return result
 
 
 def _compiled_again_alike(model, options):

@@ -8,7 +8,7 @@ Example:
 Importing this package imports no engine.
 """
 from agnostic import _startup
-from agnostic.checkpoints import load_model
+from agnostic.resume.checkpoints import load_model
 from agnostic.compile import backend_agnostic_compile
 from agnostic.errors import (
     AgnosticError,

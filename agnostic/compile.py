@@ -5,7 +5,8 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from agnostic import in_place, methods, plan as plan_lib, shard_plan, strategies
+from agnostic import plan as plan_lib, shard_plan, strategies
+from agnostic.fit import in_place, methods
 from agnostic.compat import versions
 
 if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine

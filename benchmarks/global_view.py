@@ -1,4 +1,4 @@
-"""What the global view costs (agnostic/global_batch.py): the same
+"""What the global view costs (agnostic/fit/global_batch.py): the same
 convolutional network (batch_norm.py's) trained through agnostic on several
 devices with `global_view=True` (the default: each step's data gathered to
 every replica, each call's outputs gathered back, the loss and metrics over

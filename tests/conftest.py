@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # tests/programs/ are written in Keras 3's API. (Paths from this folder.)
 collect_ignore = ([os.path.join("launch", "test_nodes.py"),
                    os.path.join("launch", "test_stalls.py"), "test_programs.py",
-                   "test_keras_io.py", "test_preemption.py", "test_backup_disks.py", "test_shard.py",
+                   "test_keras_io.py", os.path.join("resume", "test_preemption.py"),
+                   os.path.join("resume", "test_backup_disks.py"), "test_shard.py",
                    os.path.join("cluster", "test_join.py")]
                   if os.environ.get("KERAS_BACKEND") == "mxnet" else [])
 

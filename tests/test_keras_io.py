@@ -131,7 +131,7 @@ def test_gan_with_noise_given_as_data_trains_as_one_device(tmp_path):
 
 
 def test_gan_drawing_its_noise_in_the_step(tmp_path):
-    # The step sees the global batch (agnostic/global_batch.py): its draws are
+    # The step sees the global batch (agnostic/fit/global_batch.py): its draws are
     # one device's on every engine (before, each TensorFlow replica or torch
     # process drew its own share's: 7.3e-3 and 9.4e-3 after 2 epochs).
     plain, agnostic = run_both("gan", tmp_path)

@@ -344,7 +344,7 @@ def test_device_parallelism_trains_as_one_device(devices, tmp_path):
         assert placed["branch_b/bias"].endswith("CPU:1")
 
 
-# The global batch's view (agnostic/global_batch.py): what looks at the whole
+# The global batch's view (agnostic/fit/global_batch.py): what looks at the whole
 # batch in a step sees it on every engine, on shares of unequal size.
 @pytest.mark.parametrize("replicas", ["2", "4"] if ENGINE != "torch" else ["2"])
 def test_losses_over_the_whole_batch_train_like_one_device(replicas, tmp_path):

@@ -12,7 +12,7 @@ agnostic wraps it to resume in the middle of an epoch (the first `skip`
 batches of the resumed epoch are taken from the data and not trained: the
 rest come in the same order as in the interrupted run, where the order does
 not depend on the run: see the README) and to stop, after a step, where
-every process agreed to (agnostic/preemption.py).
+every process agreed to (agnostic/resume/preemption.py).
 """
 from agnostic.compat import versions
 

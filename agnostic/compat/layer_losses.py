@@ -1,5 +1,5 @@
 """What a layer adds with `add_loss`, kept by the replica that added it
-while a step runs over the global batch (agnostic/global_batch.py), Keras
+while a step runs over the global batch (agnostic/fit/global_batch.py), Keras
 3.13-3.16.
 
 A layer keeps its added losses in one list (`Layer._losses`, private),

@@ -1,5 +1,5 @@
 """Random numbers a layer draws for its rows, one device's under the global
-view (agnostic/global_batch.py), Keras 3.13-3.16 on TensorFlow and torch.
+view (agnostic/fit/global_batch.py), Keras 3.13-3.16 on TensorFlow and torch.
 
 In a step over the global batch, each layer the step calls runs on this
 replica's part of the rows: a draw shaped by those rows (Dropout's mask, a
@@ -121,7 +121,7 @@ _PATCHES = scoped.Patches(_replacements)
 def generator_states(layers):
     """The state variables of the SeedGenerators the `layers` hold (a
     layer's private `_seed_generators`): they advance alike on every replica
-    (agnostic/layer_state.py leaves them out)."""
+    (agnostic/fit/layer_state.py leaves them out)."""
     return [generator.state for layer in layers
             for generator in getattr(layer, "_seed_generators", ())]
 

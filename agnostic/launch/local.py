@@ -9,7 +9,7 @@ the kernel if rank 0 dies, so none is left behind. A process that stops
 answering (rank 0 watches the workers' heartbeats, the workers rank 0's) is
 ended and named within AGNOSTIC_STALL_SECONDS (launch/stalls.py). SIGTERM (and
 AGNOSTIC_PREEMPT_SIGNAL) reaching rank 0 is passed on to the workers, and the
-run is preempted (agnostic/preemption.py): no worker's end counts as a failure.
+run is preempted (agnostic/resume/preemption.py): no worker's end counts as a failure.
 
 Output, as torchrun's: rank 0 is this process, its output untouched; each
 worker's standard error reaches this process's, every line prefixed with its
@@ -27,7 +27,8 @@ import tempfile
 import threading
 import time
 
-from agnostic import cluster, devices, errors, preemption
+from agnostic import cluster, devices, errors
+from agnostic.resume import preemption
 from agnostic.launch import failures, heartbeat, output, processes, stalls
 
 logger = logging.getLogger("agnostic")

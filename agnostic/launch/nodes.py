@@ -20,7 +20,8 @@ import sys
 import tempfile
 import time
 
-from agnostic import devices, preemption
+from agnostic import devices
+from agnostic.resume import preemption
 from agnostic.cluster.listen import host_port
 from agnostic.launch import heartbeat, output, processes, rendezvous, secret, stalls
 from agnostic.launch.address import JAX_PORT_OFFSET, TORCH_PORT_OFFSET
@@ -160,7 +161,7 @@ def _supervise(start, count, first_rank, party, node_rank, finished=None, stall=
     gloo threads can abort a process in the interpreter's teardown) ended well.
 
     SIGTERM (and AGNOSTIC_PREEMPT_SIGNAL) is passed on to them: they stop
-    after the same step (agnostic/preemption.py; their collectives carry the
+    after the same step (agnostic/resume/preemption.py; their collectives carry the
     stop to the other nodes' processes, whose launchers need no message) and
     end with status 128 + the signal's number, which is then this node's: a
     preempted process is no failure, and the others are left to finish

@@ -4,7 +4,7 @@ so that the kernel ends them when their launcher dies, their ends counted by
 one rule, signals passed on, and stopped (SIGTERM, then SIGKILL after a grace).
 
 The rule: a status other than 0 is a failure, unless it is a preempted
-process's (the run was preempted: agnostic/preemption.py), or the process was
+process's (the run was preempted: agnostic/resume/preemption.py), or the process was
 killed by a signal after it said it had done its work and left its group
 (mark_finished): that is the interpreter's teardown, where torch's
 gloo threads can still abort a process (a known torch problem), not training.
@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 
-from agnostic import preemption
+from agnostic.resume import preemption
 
 logger = logging.getLogger("agnostic")
 GRACE_SECONDS = 10

@@ -6,7 +6,8 @@ global batch, and JAX's one program computes on the whole batch.
 """
 import contextlib
 
-from agnostic import collectives, devices, errors, in_place, methods, pipeline
+from agnostic import devices, errors
+from agnostic.fit import collectives, in_place, methods, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base
 

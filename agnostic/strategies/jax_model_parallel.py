@@ -10,7 +10,8 @@ over the replicas (ModelParallel).
 """
 import re
 
-from agnostic import in_place, pipeline, placement
+from agnostic import placement
+from agnostic.fit import in_place, pipeline
 from agnostic.compat import jax_uneven_batches
 from agnostic.strategies import base
 

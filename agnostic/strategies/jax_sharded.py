@@ -20,7 +20,7 @@ time (jax_data_parallel.across_processes, compat/keras_variables.py).
 """
 import math
 
-from agnostic import in_place, methods, pipeline
+from agnostic.fit import in_place, methods, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base, jax_data_parallel
 

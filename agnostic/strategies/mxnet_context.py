@@ -3,7 +3,7 @@
 Keras 2.2 on MXNet (keras-mxnet 2.2.4.3, mxnet 1.9.1, Python 3.8) trains one
 model on several contexts itself, so the model is compiled in place.
 """
-from agnostic import pipeline
+from agnostic.fit import pipeline
 from agnostic.compat import mxnet_kvstore
 from agnostic.strategies import base
 

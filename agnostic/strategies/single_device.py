@@ -1,7 +1,7 @@
 """single-device: compile the program's model on the engine's default
 device; or, where the plan says so (gpus=[2] on torch), with its variables
 moved to that device first and its steps in the engine's device scope."""
-from agnostic import pipeline
+from agnostic.fit import pipeline
 from agnostic.compat import keras_variables
 from agnostic.strategies import base
 

@@ -1,5 +1,5 @@
 """TensorFlow's View of the global batch in a replica's step
-(agnostic/global_batch.py), through the replica context's collectives.
+(agnostic/fit/global_batch.py), through the replica context's collectives.
 
 `ReplicaContext.all_gather` takes parts of any size along the axis. The
 backward passes here call no collective where global_batch.py says none is

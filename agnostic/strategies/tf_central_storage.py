@@ -4,7 +4,7 @@ the legacy multi_gpu_model kept the template's weights on the CPU the same
 way."""
 import logging
 
-from agnostic import pipeline
+from agnostic.fit import pipeline
 from agnostic.compat import tf_central_metrics
 from agnostic.strategies import base, tf_distribute
 

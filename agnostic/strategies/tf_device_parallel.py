@@ -1,6 +1,6 @@
 """tf-device-parallel: each call placed with agnostic.device() runs on its
 device (strategies/device_parallel.py), in this one process."""
-from agnostic import pipeline
+from agnostic.fit import pipeline
 from agnostic.strategies import base, device_parallel
 
 

@@ -3,7 +3,8 @@
 trains under the strategy itself."""
 import contextlib
 
-from agnostic import batch_norm, errors, global_batch, in_place, methods
+from agnostic import errors
+from agnostic.fit import batch_norm, global_batch, in_place, methods
 from agnostic.compat import (keras_variables, step_logs, tf_central_metrics, tf_first_batch,
                              tf_gradients, tf_on_batch)
 from agnostic.strategies import tf_batch_view

@@ -2,7 +2,7 @@
 the legacy "CPU merge": the replicas' results combined on the CPU)."""
 import itertools
 
-from agnostic import pipeline
+from agnostic.fit import pipeline
 from agnostic.compat import tf_collective_keys
 from agnostic.strategies import base, tf_distribute
 

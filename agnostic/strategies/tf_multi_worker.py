@@ -4,7 +4,8 @@ and the places where Keras's fit (3.13-3.16) needs help under it.
 """
 import warnings
 
-from agnostic import _startup, collectives, errors, pipeline
+from agnostic import _startup, errors
+from agnostic.fit import collectives, pipeline
 from agnostic.compat import tf_worker_logs
 from agnostic.strategies import base, tf_distribute
 
@@ -40,7 +41,7 @@ def strategy(plan):
 def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=True):
     """`users`: the program's own MultiWorkerMirroredStrategy, in whose scope
     it compiles; the one agnostic made otherwise. `global_view`: each
-    worker's step sees the global batch (agnostic/global_batch.py)."""
+    worker's step sees the global batch (agnostic/fit/global_batch.py)."""
     workers = users or strategy(plan)
     _chief_weights(workers, model)
     tf_distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,

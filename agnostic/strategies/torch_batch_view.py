@@ -1,5 +1,5 @@
 """torch's View of the global batch in a process's step
-(agnostic/global_batch.py), through torch.distributed on a process group of
+(agnostic/fit/global_batch.py), through torch.distributed on a process group of
 its own (its collectives, some in backward passes, then never interleave
 with DistributedDataParallel's buckets).
 

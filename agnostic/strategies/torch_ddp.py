@@ -14,8 +14,9 @@ import datetime
 import logging
 import sys
 
-from agnostic import _startup, batch_norm, batching, collectives, devices, errors
-from agnostic import global_batch, in_place, methods, pipeline
+from agnostic import _startup, devices, errors
+from agnostic.fit import batch_norm, batching, collectives
+from agnostic.fit import global_batch, in_place, methods, pipeline
 from agnostic.cluster import torch_join
 from agnostic.compat import step_logs, torch_keras_ddp
 from agnostic.launch import local, processes

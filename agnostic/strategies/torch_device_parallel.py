@@ -2,7 +2,7 @@
 device (strategies/device_parallel.py), in one process, or in each of
 several processes, a replica each on its own devices, the gradients averaged
 as by torch-ddp."""
-from agnostic import pipeline
+from agnostic.fit import pipeline
 from agnostic.strategies import device_parallel, torch_ddp
 
 

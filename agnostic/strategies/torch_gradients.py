@@ -5,7 +5,8 @@ Used by strategies.torch_ddp (and torch-device-parallel, through it).
 """
 import logging
 
-from agnostic import batching, errors, in_place, methods
+from agnostic import errors
+from agnostic.fit import batching, in_place, methods
 from agnostic.compat import torch_empty_share, torch_keras_ddp, torch_variables
 from agnostic.strategies import torch_reduce
 
@@ -35,7 +36,7 @@ def average(model, world_size, multi_device=False, optimizers=(), by_keras=False
     with (`optimizers`: the model's, a GAN's own) gets them. `by_keras`:
     Keras averages them itself; only each share's weight is added, to the
     loss its train_step scales. `global_view`: every process's step sees the
-    whole batch (agnostic/global_batch.py), so each share weighs the same."""
+    whole batch (agnostic/fit/global_batch.py), so each share weighs the same."""
     steps = GradientSteps(model, world_size, multi_device, global_view)
     steps.warned = by_keras  # Keras's own step averages: nothing to warn of
 

@@ -23,7 +23,8 @@ whole gradients first (compat/optimizer_slices.py).
 """
 import contextlib
 
-from agnostic import errors, methods
+from agnostic import errors
+from agnostic.fit import methods
 from agnostic.compat import optimizer_slices
 
 # Fewer values than this: updated whole, by every process.

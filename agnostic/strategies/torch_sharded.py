@@ -10,7 +10,8 @@ gathering is agnostic's, at each variable's read.
 """
 import contextlib
 
-from agnostic import errors, methods
+from agnostic import errors
+from agnostic.fit import methods
 from agnostic.strategies import torch_ddp, torch_optimizer_shards, torch_weight_shards
 
 

@@ -31,7 +31,8 @@ back.
 import contextlib
 import weakref
 
-from agnostic import errors, methods
+from agnostic import errors
+from agnostic.fit import methods
 from agnostic.compat import torch_variables
 from agnostic.strategies import torch_optimizer_shards as shards
 

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from agnostic import errors, preemption
+from agnostic import errors
+from agnostic.resume import preemption
 from agnostic.launch import local
 from tests.conftest import ROOT
 

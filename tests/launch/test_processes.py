@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agnostic import preemption
+from agnostic.resume import preemption
 from agnostic.launch import processes
 from tests.conftest import alive
 

@@ -24,7 +24,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import agnostic  # noqa: E402
-from agnostic import preemption  # noqa: E402
+from agnostic.resume import preemption  # noqa: E402
 from tests import models  # noqa: E402
 
 FOLDER = sys.argv[1]

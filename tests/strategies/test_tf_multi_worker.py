@@ -77,7 +77,7 @@ def test_each_workers_step_sees_the_whole_global_batch(tmp_path, name):
     # batches of 33; the keras.io GAN drawing its noise in its step; a text
     # model taking raw strings (the workers' collectives carry no strings:
     # "DataType string not in list of allowed values"): the step's data
-    # gathered from both workers (agnostic/global_batch.py).
+    # gathered from both workers (agnostic/fit/global_batch.py).
     plain, agnostic, _ = on_two_workers(name, tmp_path)
     assert_same_training(plain, agnostic)
     assert_same_history(plain, agnostic)

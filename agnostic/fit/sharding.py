@@ -13,7 +13,8 @@ import sys
 
 import numpy as np
 
-from agnostic import batching, errors
+from agnostic import errors
+from agnostic.fit import batching
 from agnostic.compat import shuffle_order
 
 

@@ -1,12 +1,13 @@
 """Which backup a job resumes from when each process reads a disk of its own
-(agnostic/restore.py), without any engine: what each process found is given
-here as the processes would gather it; tests/test_backup_disks.py runs the
+(agnostic/resume/restore.py), without any engine: what each process found is given
+here as the processes would gather it; tests/resume/test_backup_disks.py runs the
 same with real processes on every engine."""
 import json
 
 import pytest
 
-from agnostic import checkpoints, errors, restore
+from agnostic import errors
+from agnostic.resume import checkpoints, restore
 
 
 def held(epoch=None, batch=0, error=None, host="node-a", folder="/backup"):

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from agnostic import checkpoints, errors
+from agnostic import errors
+from agnostic.resume import checkpoints
 from tests.conftest import ROOT
 
 # Writes PATH TIMES times, each a JSON document of a few hundred kB written
@@ -17,7 +18,7 @@ from tests.conftest import ROOT
 # number of failed saves and their errors.
 WRITER = """
 import json, os, sys
-from agnostic import checkpoints
+from agnostic.resume import checkpoints
 
 path, times, mark = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
@@ -90,7 +91,8 @@ def test_only_provably_stale_left_overs_are_removed(tmp_path):
 
 FULL_DISK = """
 import json, os, resource, signal, sys
-from agnostic import checkpoints, errors
+from agnostic import errors
+from agnostic.resume import checkpoints
 
 path = sys.argv[1]
 checkpoints.replace_atomically(path, lambda t: open(t, "w").write(json.dumps({"good": 1})))

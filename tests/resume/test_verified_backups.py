@@ -1,9 +1,9 @@
-"""Nothing read back is trusted (agnostic/restore.py, agnostic/backup.py): a
+"""Nothing read back is trusted (agnostic/resume/restore.py, agnostic/resume/backup.py): a
 backup's weights file is verified against the SHA-256 and size recorded
 when it was written, and the backup before it is kept as a fallback; the
 pointer file is data, never a path; a backup of another model or past the
 fit is refused before any weight is loaded. Real files, real fits, in this
-process on one device (several processes: tests/test_backup_disks.py)."""
+process on one device (several processes: tests/resume/test_backup_disks.py)."""
 import json
 import os
 import stat
@@ -18,7 +18,7 @@ from tests.conftest import engine_or_skip
 keras = engine_or_skip()
 
 import agnostic  # noqa: E402
-from agnostic import restore  # noqa: E402
+from agnostic.resume import restore  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not models.is_keras3(keras),
                                 reason="keras-mxnet (Keras 2.2) has no BackupAndRestore")

@@ -30,7 +30,8 @@ import re
 import socket
 import warnings
 
-from agnostic import checkpoints, errors
+from agnostic import errors
+from agnostic.resume import checkpoints
 
 POINTER = "agnostic_backup.json"
 logger = logging.getLogger("agnostic")

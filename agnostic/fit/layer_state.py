@@ -2,7 +2,7 @@
 aggregation: one warning, from the chief, naming it and the fix.
 
 On TensorFlow and torch each replica runs a layer's call on its own share of
-the batch (agnostic/global_batch.py gathers what the step computes over the
+the batch (agnostic/fit/global_batch.py gathers what the step computes over the
 batch, not what a call writes to its own variables). A non-trainable weight
 declared with `aggregation="sum"`, `"mean"` or `"only_first_replica"` is
 combined as it says (tf_central_metrics, torch_ddp); one left at Keras's
@@ -51,7 +51,7 @@ def _fingerprints(model):
     """{description: (sum, sum of squares)} of each candidate variable."""
     import keras
 
-    from agnostic import batch_norm
+    from agnostic.fit import batch_norm
     from agnostic.compat import keras_fit, random_draws
 
     left_out = {id(v) for v in batch_norm.moving_statistics(model)}

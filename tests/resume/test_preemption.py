@@ -74,7 +74,7 @@ def test_sigterm_stops_at_one_step_with_a_backup_and_the_rerun_ends_the_same(
     state = json.loads((folder / "backup" / "agnostic_backup.json").read_text())
     # Signalled as step 1 of epoch 2 ended: every process stopped after step 2
     # (torch's 2 processes after step 3: their all-reduce of the flags runs
-    # during the next step, see agnostic/preemption.py).
+    # during the next step, see agnostic/resume/preemption.py).
     trained = 4 if keras.backend.backend() == "torch" else 3
     assert (state["epoch"], state["batch"]) == (2, trained)
     assert "backup written" in err

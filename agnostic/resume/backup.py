@@ -14,12 +14,12 @@ what was written falls back to the one before (restore.py).
 With several processes every one reads its own folder at the start of fit:
 machines need not share a disk, and a node may come back under another rank.
 The process holding the newest backup sends its weights file's bytes to every
-other through the engine's collectives (agnostic/restore.py), and every
+other through the engine's collectives (agnostic/resume/restore.py), and every
 process loads those same bytes, so all resume at the same epoch with the same
 weights and optimizer state.
 
 A backup records its epoch and step: one written inside an epoch (save_freq
-a number of batches, or a preempting signal: agnostic/preemption.py, which
+a number of batches, or a preempting signal: agnostic/resume/preemption.py, which
 writes one at the step every process stopped after) resumes after that step,
 fit skipping the batches it had trained (agnostic/compat/fit_resume.py).
 """
@@ -29,7 +29,9 @@ import os
 import shutil
 import tempfile
 
-from agnostic import checkpoints, collectives, errors, preemption, restore
+from agnostic import errors
+from agnostic.fit import collectives
+from agnostic.resume import checkpoints, preemption, restore
 from agnostic.compat import keras_fit
 
 POINTER = restore.POINTER  # the small file naming the newest backup

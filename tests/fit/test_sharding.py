@@ -6,7 +6,7 @@ from tests.conftest import engine_or_skip
 
 keras = engine_or_skip()
 
-from agnostic import sharding  # noqa: E402
+from agnostic.fit import sharding  # noqa: E402
 
 # Keras 2.2 (keras-mxnet) has no PyDataset: there keras-mxnet splits batches.
 HAS_PYDATASET = hasattr(keras.utils, "PyDataset")

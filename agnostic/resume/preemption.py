@@ -22,7 +22,8 @@ import signal
 import threading
 import warnings
 
-from agnostic import errors, methods
+from agnostic import errors
+from agnostic.fit import methods
 
 logger = logging.getLogger("agnostic")
 

@@ -129,7 +129,7 @@ if KERAS3:  # Keras 2.2 (keras-mxnet) has no BackupAndRestore
     def test_the_swapped_backup_is_still_keras_s_with_the_users_settings(tmp_path):
         # Code that looks for a BackupAndRestore among fit's callbacks still
         # finds one; the user's own object is left as it was.
-        from agnostic import backup
+        from agnostic.resume import backup
 
         given = keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=3,
                                                  delete_checkpoint=False)

@@ -31,7 +31,7 @@ from agnostic.errors import (
     UnsupportedInputError,
     UntestedVersionWarning,
 )
-from agnostic.placement import device
+from agnostic.plan.placement import device
 from agnostic.plan import Plan, resolve
 
 __version__ = "0.1.0"

@@ -97,13 +97,20 @@ class _EngineImport:
         try:
             if not _wanted():
                 return None
+            import importlib
+
             IMPORTING.append(name)
             try:
-                from agnostic import _startup
+                # By name, as a plugin is loaded: the hook imports nothing of
+                # agnostic's itself. Importing agnostic installs its set-up.
+                importlib.import_module("agnostic")
             finally:
                 del IMPORTING[:]
             # The engine's spec with agnostic's set-up after it executes.
-            return _startup.engine_spec(name, path, target)
+            for finder in sys.meta_path:
+                if getattr(finder, "AGNOSTIC_SET_UP", False):
+                    return finder.find_spec(name, path, target)
+            return None
         except Exception:  # a broken install: the program's own import says so
             return None
 

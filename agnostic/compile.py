@@ -5,7 +5,8 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from agnostic import plan as plan_lib, shard_plan, strategies
+from agnostic import plan as plan_lib, strategies
+from agnostic.plan import log, shards
 from agnostic.fit import in_place, methods
 from agnostic.compat import versions
 
@@ -84,9 +85,9 @@ def backend_agnostic_compile(
     plan = plan_lib.resolve(gpus, cpu_relocation=cpu_relocation, model=model,
                             shard=shard is True)
     if shard == "auto":
-        plan = shard_plan.auto(plan, model, call.optimizers())
+        plan = shards.auto(plan, model, call.optimizers())
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
-    plan_lib.announce(plan)
+    log.announce(plan)
     if plan.relocation_unused:
         warnings.warn(
             f"cpu_relocation=True changes nothing with the {plan.strategy} "

@@ -142,7 +142,8 @@ def _ask(command):
 
 def _plan():
     """In the process that asks Keras's engine: the plan, and the engine's answers."""
-    from agnostic import devices, errors, placement, plan
+    from agnostic import devices, errors, plan
+    from agnostic.plan import placement
 
     answers = {}
     try:
@@ -171,16 +172,17 @@ def _plan():
 
 def _shard(plan, chosen):
     """What shard=True would split with this plan, or why it is refused."""
-    from agnostic import errors, shard_plan
+    from agnostic import errors
+    from agnostic.plan import shards
 
     try:
-        split = shard_plan.sharded(chosen)
+        split = shards.sharded(chosen)
     except errors.NotSupportedError:
         return (f"refused: {chosen.strategy} on {chosen.backend}, where "
-                f"{shard_plan.unsplittable(chosen)}")
+                f"{shards.unsplittable(chosen)}")
     if split is chosen:
         return "nothing to split on one device"
-    split_text = shard_plan.SPLIT[split.strategy].format(n=split.num_replicas)
+    split_text = shards.SPLIT[split.strategy].format(n=split.num_replicas)
     return f"strategy {split.strategy}: {split_text}"
 
 

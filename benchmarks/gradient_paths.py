@@ -59,7 +59,7 @@ def child(options):
                                "program's own"}
         if way == "optimizer":
             # The switch a step that leaves a weight without a gradient makes
-            # (strategies/torch_gradients.py): no DistributedDataParallel.
+            # (engines/torch/gradients.py): no DistributedDataParallel.
             models[way].__dict__["_agnostic_gradients"].whole = False
     for model in models.values():  # warm-up
         model.fit(x, y, batch_size=options.batch, epochs=1, verbose=0, shuffle=False)

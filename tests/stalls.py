@@ -1,7 +1,7 @@
 """Stops one process of a running group with SIGSTOP (as a hung host or a
 swapping machine looks) and times the group's end: for the tests of each
 launcher's stall watch (tests/launch/test_stalls.py, and torch's
-tests/strategies/test_torch_ddp.py)."""
+tests/engines/torch/test_ddp.py)."""
 import os
 import signal
 import subprocess

@@ -15,7 +15,8 @@ keras = engine_or_skip()
 ENGINE = keras.backend.backend()
 
 import agnostic  # noqa: E402
-from agnostic import errors, placement  # noqa: E402
+from agnostic import errors  # noqa: E402
+from agnostic.plan import placement
 
 VERSIONS = pytest.mark.keras_versions
 KERAS_3 = pytest.mark.skipif(ENGINE == "mxnet", reason="keras-mxnet has no placements")

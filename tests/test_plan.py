@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import agnostic
-from agnostic import cluster, devices, plan, shard_plan
+from agnostic import cluster, devices, plan
+from agnostic.plan import log, shards
 from agnostic.devices import DeviceListing
 from tests.conftest import ROOT
 
@@ -316,7 +317,7 @@ def test_a_single_device_plan_says_why_once(caplog):
     assert single.fallback_warning.startswith(single.reason.rstrip("."))
     with caplog.at_level(logging.INFO, logger="agnostic"), \
             pytest.warns(agnostic.SingleDeviceWarning) as warned:
-        plan.announce(single)
+        log.announce(single)
     (line,) = [r.getMessage() for r in caplog.records if "plan:" in r.getMessage()]
     assert line.endswith("devices=[/device:CPU:0] (why: the SingleDeviceWarning below)")
     assert single.reason not in line
@@ -326,9 +327,10 @@ def test_a_single_device_plan_says_why_once(caplog):
 ANNOUNCE = (
     "import logging\n{setup}\n"
     "from agnostic import plan\n"
-    "plan.announce(plan.Plan('jax', 'jax-data-parallel', ('cpu:0', 'cpu:1'), 2, "
+    "from agnostic.plan import log\n"
+    "log.announce(plan.Plan('jax', 'jax-data-parallel', ('cpu:0', 'cpu:1'), 2, "
     "reason='2 simulated CPU devices.'))\n"
-    "plan.announce(plan.Plan('jax', 'jax-data-parallel', ('cpu:0',), 1, process_id=1))\n"
+    "log.announce(plan.Plan('jax', 'jax-data-parallel', ('cpu:0',), 1, process_id=1))\n"
     "print('{{}}')")
 
 
@@ -367,23 +369,23 @@ def test_a_process_pinned_to_its_own_cores_uses_them_all(monkeypatch):
 
 
 def test_shard_splits_jax_and_torch_and_is_refused_elsewhere():
-    chosen = shard_plan.sharded(plan.decide("jax", GPUS_4))
+    chosen = shards.sharded(plan.decide("jax", GPUS_4))
     assert chosen.strategy == "jax-sharded" and chosen.num_replicas == 4
     assert chosen.reason.endswith("shard=True: each large weight and its optimizer state "
                                   "split over the 4 devices.")
     one = plan.decide("jax", GPUS_4, gpus=1)
-    assert shard_plan.sharded(one) == one  # one device holds everything either way
-    split = shard_plan.sharded(plan.decide("torch", GPUS_4))
+    assert shards.sharded(one) == one  # one device holds everything either way
+    split = shards.sharded(plan.decide("torch", GPUS_4))
     assert (split.strategy, split.num_processes) == ("torch-sharded", 4)
     assert split.reason.endswith("shard=True: each process holds 1/4 of each large weight "
                                  "and its optimizer state between steps, gathered per layer "
                                  "(ZeRO stage 3); gradients are averaged whole.")
     with pytest.raises(agnostic.NotSupportedError,
                        match="where tensorflow does not shard yet.*Received: shard=True"):
-        shard_plan.sharded(plan.decide("tensorflow", GPUS_4))
+        shards.sharded(plan.decide("tensorflow", GPUS_4))
     several = dataclasses.replace(plan.decide("jax", GPUS_4), num_processes=2)
-    assert shard_plan.sharded(several).strategy == "jax-sharded"  # over every process's devices
+    assert shards.sharded(several).strategy == "jax-sharded"  # over every process's devices
     placed = dataclasses.replace(plan.decide("jax", GPUS_4),
                                  placements=(("dense", "/device:GPU:1"),))
     with pytest.raises(agnostic.NotSupportedError, match="placed with agnostic.device()"):
-        shard_plan.sharded(placed)
+        shards.sharded(placed)

@@ -102,25 +102,26 @@ GPUS_4 = {"jax": ("gpu:0", "gpu:1", "gpu:2", "gpu:3"),
 
 
 def auto_plan(model, optimizer, memory):
-    from agnostic import plan, shard_plan
+    from agnostic import plan
+    from agnostic.plan import shards
     from agnostic.devices import DeviceListing
 
     listing = DeviceListing(GPUS_4[ENGINE], "cpu:0", accelerators=True)
-    return shard_plan.auto(plan.decide(ENGINE, listing), model, [optimizer],
+    return shards.auto(plan.decide(ENGINE, listing), model, [optimizer],
                               memory=lambda chosen: memory)
 
 
 def test_auto_splits_only_a_model_whose_copies_would_not_fit_half_a_device():
     """An MLP of 0.53 MB of weights with Adam: copied, it needs weights,
     gradients and two slots, 2.1 MB, on each device."""
-    from agnostic import shard_plan
+    from agnostic.plan import shards
 
     model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(512),
                               keras.layers.Dense(2)])
     weights = sum(int(np.prod(v.shape)) * 4 for v in model.weights)
-    assert shard_plan.needed_bytes(model, ["adam"]) == 4 * weights
-    assert shard_plan.needed_bytes(model, [keras.optimizers.SGD(momentum=0.9)]) == 3 * weights
-    assert shard_plan.slots(keras.optimizers.Adam(use_ema=True)) == 3
+    assert shards.needed_bytes(model, ["adam"]) == 4 * weights
+    assert shards.needed_bytes(model, [keras.optimizers.SGD(momentum=0.9)]) == 3 * weights
+    assert shards.slots(keras.optimizers.Adam(use_ema=True)) == 3
     roomy = auto_plan(model, "adam", memory=10 * 4 * weights)
     assert roomy.strategy not in ("jax-sharded", "torch-sharded")
     assert ("shard='auto': not split: 2.1 MB of weights, gradients and optimizer state "
@@ -205,7 +206,7 @@ if ENGINE == "jax":  # JAX shards; the other engines refuse
         assert_loads_into_a_plain_model(tmp_path, results)
 
     def test_each_weight_is_split_along_its_largest_dimension_the_devices_divide():
-        from agnostic.strategies.jax_sharded import split_axes
+        from agnostic.engines.jax.sharded import split_axes
 
         assert split_axes((2048, 64), 4) == ("batch", None)
         assert split_axes((64, 2, 64), 4) == ("batch", None, None)  # ties: the first

@@ -15,7 +15,7 @@ LEAVES = {"agnostic.errors", "agnostic.fit.methods", "agnostic.fit.batching",
           "agnostic.fit.collectives", "agnostic.resume.checkpoints", "agnostic.devices",
           "agnostic.launch.channel",
           "agnostic.launch.failures", "agnostic.strategies.base",
-          "agnostic.strategies.torch_reduce"}
+          "agnostic.engines.torch.reduce"}
 LAYERS = {
     "agnostic.compat": LEAVES,
     "agnostic.cluster": LEAVES,
@@ -24,11 +24,10 @@ LAYERS = {
 # package's own __init__ (the public API) and the CLI.
 ENTRIES = {"agnostic", "agnostic.compile", "agnostic.cli", "agnostic.report",
            "agnostic.__main__"}
-# The start-up hook is installed as a top-level module of its own (beside
-# the package, run by its .pth file): it calls into agnostic._startup when an
-# engine is imported, and _startup reads the hook's state. That one edge is
-# the boundary between the hook and the package, not a circle inside it.
-HOOK_CALL = ("agnostic._agnostic_hook", "agnostic._startup")
+# What executes a plan: the registry and the strategies for every engine,
+# and each engine's folder. Imported only by the entries and each other.
+EXECUTING = ("agnostic.strategies", "agnostic.engines")
+ENGINE_PREFIXES = {"tf": "tensorflow", "torch": "torch", "jax": "jax", "mxnet": "mxnet"}
 
 
 def modules():
@@ -62,7 +61,6 @@ def imports(name, path, known):
 def graph():
     known = modules()
     edges = {name: imports(name, path, known) for name, path in known.items()}
-    edges[HOOK_CALL[0]].discard(HOOK_CALL[1])
     return edges
 
 
@@ -101,9 +99,10 @@ def test_each_layer_imports_only_what_lies_below_it():
         if name in LEAVES:
             wrong += [f"{name} imports {target}" for target in targets
                       if target != "agnostic.errors"]
-        if not in_layer(name, "agnostic.strategies") and name not in ENTRIES:
+        if not any(in_layer(name, layer) for layer in EXECUTING) and name not in ENTRIES:
             wrong += [f"{name} imports {target}" for target in targets
-                      if in_layer(target, "agnostic.strategies") and target not in LEAVES]
+                      if any(in_layer(target, layer) for layer in EXECUTING)
+                      and target not in LEAVES]
         if name not in {"agnostic", "agnostic.cli", "agnostic.report", "agnostic.__main__"}:
             wrong += [f"{name} imports {target}" for target in targets if target in ENTRIES]
     assert wrong == []
@@ -119,9 +118,13 @@ def test_every_strategy_the_plan_names_has_a_module_of_its_own():
     assert len(set(targets)) == len(targets)  # no module serves two names
     for name, target in strategies.items():
         module, class_name = target.split(":")
-        assert module == "agnostic.strategies." + name.replace("-", "_"), name
-        source = ast.parse((PACKAGE / "strategies" / (module.rsplit(".", 1)[1] + ".py"))
-                           .read_text())
+        prefix, _, rest = name.partition("-")
+        if prefix in ENGINE_PREFIXES:  # an engine's own: in its folder
+            expected = f"agnostic.engines.{ENGINE_PREFIXES[prefix]}.{rest.replace('-', '_')}"
+        else:
+            expected = "agnostic.strategies." + name.replace("-", "_")
+        assert module == expected, name
+        source = ast.parse((PACKAGE.parent / (module.replace(".", "/") + ".py")).read_text())
         named = [node for node in source.body
                  if isinstance(node, ast.ClassDef) and node.name == class_name]
         assert len(named) == 1, target

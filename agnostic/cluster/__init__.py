@@ -100,6 +100,16 @@ def job(backend=None):
     return found if found is not None and found.world_size > 1 else None
 
 
+def whole(raw, least=None):
+    """`raw` (text, or a number) as an int of at least `least`, or None.
+    Every whole number agnostic reads, a variable's or a flag's, is read here."""
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        return None
+    return None if least is not None and value < least else value
+
+
 def whole_number(environ, name, default=None, least=0):
     """`environ[name]` as an int of at least `least`, or a LaunchError that
     names the variable, its value and what was expected."""
@@ -108,11 +118,8 @@ def whole_number(environ, name, default=None, least=0):
         if default is None:
             raise errors.LaunchError(f"{name} is not set, and this environment needs it.")
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or value < least:
+    value = whole(raw, least)
+    if value is None:
         raise errors.LaunchError(
             f"{name} must be a whole number of at least {least}. Received: {name}={raw!r}"
         )
@@ -131,6 +138,16 @@ def join_seconds(environ=None):
             f"{JOIN_VARIABLE} must be a whole number of seconds, 1 or more (default "
             f"{JOIN_SECONDS}), such as {JOIN_VARIABLE}=300. Received: {JOIN_VARIABLE}={raw!r}")
     return int(raw)
+
+
+def join_seconds_at_start():
+    """join_seconds() as an engine starts, where nothing can be raised: a
+    bad value (which resolve() and backend_agnostic_compile refuse, naming
+    it) is the default there."""
+    try:
+        return join_seconds()
+    except errors.LaunchError:
+        return JOIN_SECONDS
 
 
 def seconds(environ, name, default, meaning, error=errors.LaunchError):

@@ -40,7 +40,7 @@ def local_address(host, variable):
         if address[0] not in addresses:
             addresses.append(address[0])
             if held(address[0], 0) is None:
-                if not chosen and _is_loopback(address[0]) and not _names_loopback(host):
+                if not chosen and is_loopback(address[0]) and not _names_loopback(host):
                     logger.warning(
                         "agnostic: the coordinator %s (%s) is %s on this machine, a loopback "
                         "address: only this machine's processes can join there. Set %s to "
@@ -61,17 +61,32 @@ def local_address(host, variable):
     return route
 
 
-def listen_socket(host, port, variable):
-    """A listening TCP socket on this machine's address for `host`."""
-    address = local_address(host, variable)
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+def bound(address, port, listen=True):
+    """A TCP socket bound to `address` (text, or a sockaddr tuple) and
+    `port`, listening unless `listen` is False; the OSError of the bind as
+    it is. Every listener agnostic opens, and every probe of a port, is made
+    here: SO_REUSEADDR, so that a port lingering after a closed connection
+    (TIME_WAIT) is free, as it is for the engines' own listeners."""
+    where = address if isinstance(address, tuple) else (address, port)
+    family = socket.AF_INET6 if ":" in where[0] else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        listener.bind((address, port))
-        listener.listen(1024)
-    except OSError as error:
+        listener.bind(where)
+        if listen:
+            listener.listen(1024)
+    except OSError:
         listener.close()
+        raise
+    return listener
+
+
+def listen_socket(host, port, variable):
+    """A listening TCP socket on this machine's address for `host`."""
+    address = local_address(host, variable)
+    try:
+        listener = bound(address, port)
+    except OSError as error:
         raise errors.LaunchError(
             f"Rank 0 cannot listen on {address}:{port} ({error}): the port is taken or "
             f"not allowed. Choose a free one, e.g. with MASTER_PORT. Received: "
@@ -84,16 +99,11 @@ def held(address, port):
     error binding it gave), or None when it is free. A port that only
     lingers after a closed connection (TIME_WAIT) counts as free, as it does
     for the engines' listeners."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    probe = socket.socket(family, socket.SOCK_STREAM)
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        probe.bind((address, port))
-        return None
+        bound(address, port, listen=False).close()
     except OSError as error:
         return error
-    finally:
-        probe.close()
+    return None
 
 
 def host_port(address, port):
@@ -102,7 +112,7 @@ def host_port(address, port):
     return f"[{address}]:{port}" if bare else f"{address}:{port}"
 
 
-def _is_loopback(address):
+def is_loopback(address):
     return ipaddress.ip_address(address.split("%")[0]).is_loopback
 
 

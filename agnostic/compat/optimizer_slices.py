@@ -1,5 +1,5 @@
 """torch, Keras 3.13-3.16: an optimizer that updates this process's slice of
-each large weight (torch-sharded, strategies/torch_optimizer_shards.py) does
+each large weight (torch-sharded, engines/torch/optimizer_shards.py) does
 what it would do on the whole weights.
 
 Two things an optimizer computes are not per value: clipping by a norm

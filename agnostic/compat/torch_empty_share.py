@@ -10,7 +10,7 @@ instead: 0, still joined to the model's outputs, so that every weight gets
 its (zero) gradient and the processes' reductions stay matched. This holds
 for the compiled loss (Keras's own steps) and for a loss object a step of
 the program's own calls (`self.loss_fn(y, y_pred)`). The step's weight,
-rows / every process's rows, is 0 there anyway (strategies.torch_gradients).
+rows / every process's rows, is 0 there anyway (engines.torch.gradients).
 Elsewhere Keras's function runs as it is: it is replaced only while such a
 step runs (compat/scoped.py).
 """

@@ -1,5 +1,5 @@
 """torch, Keras 3.13-3.16: variables whose reads and assigns agnostic sees
-first (torch-sharded's split weights, strategies/torch_weight_shards.py).
+first (torch-sharded's split weights, engines/torch/weight_shards.py).
 
 Keras's torch `Variable` keeps its `torch.nn.Parameter` in `_value`, returns
 it from the `value` property (what Keras's ops read, through

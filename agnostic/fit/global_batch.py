@@ -28,8 +28,8 @@ the sum over the replicas of each one's weighted by its rows (one device's
 for the means over rows Keras's and the guides' layers add), and its
 gradient this replica's, weighted so (no collective in the backward pass).
 
-An engine supplies a `View` for each step (strategies/tf_batch_view.py,
-strategies/torch_batch_view.py) with: `replicas`, `gather_data(values)`,
+An engine supplies a `View` for each step (engines/tensorflow/batch_view.py,
+engines/torch/batch_view.py) with: `replicas`, `gather_data(values)`,
 `split(rows)` -> (start, stop), `part(value, start, stop)`,
 `gather(value, start, stop, rows)`, `rows(value)`, `leading(value)` (the static or known
 leading dimension), `is_tensor(value)`, `weighted_sum(value, start, stop, rows)`,

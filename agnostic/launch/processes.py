@@ -13,10 +13,10 @@ import ctypes
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 
+from agnostic.cluster import listen
 from agnostic.resume import preemption
 
 logger = logging.getLogger("agnostic")
@@ -64,9 +64,7 @@ def free_ports(count):
     sockets = []
     try:
         for _ in range(count):
-            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            probe.bind(("", 0))
-            sockets.append(probe)
+            sockets.append(listen.bound("", 0, listen=False))
         return tuple(s.getsockname()[1] for s in sockets)
     finally:
         for probe in sockets:

@@ -17,7 +17,6 @@ import dataclasses
 import errno
 import ipaddress
 import logging
-import os
 import secrets
 import select
 import socket
@@ -27,7 +26,7 @@ from typing import List, Optional, Tuple
 from agnostic import errors
 from agnostic.cluster import join_seconds
 from agnostic.launch import channel, processes
-from agnostic.cluster.listen import host_port
+from agnostic.cluster.listen import bound, host_port, is_loopback
 
 logger = logging.getLogger("agnostic")
 
@@ -91,16 +90,13 @@ def listen_socket(host, port, listen=None, nnodes=2):
             f"name or address, reachable from every node. Received: {what} {wanted}"
         ) from error
     addresses = []
-    for family, kind, protocol, _, address in found:
+    for _, _, _, _, address in found:
         if address in addresses:
             continue
         addresses.append(address)
-        listener = socket.socket(family, kind, protocol)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            listener.bind(address)
+            listener = bound(address, port)
         except OSError as error:
-            listener.close()
             if error.errno == errno.EADDRNOTAVAIL:
                 continue  # not an address of this machine
             raise errors.LaunchError(
@@ -109,7 +105,7 @@ def listen_socket(host, port, listen=None, nnodes=2):
                 f"--master {host_port(host, 'PORT')} on every node."
             ) from error
         if (listen is None and nnodes > 1 and not _is_address(host) and host != "localhost"
-                and ipaddress.ip_address(address[0].split("%")[0]).is_loopback):
+                and is_loopback(address[0])):
             logger.warning(
                 "agnostic launch: --master-addr %s is %s on this machine, a loopback "
                 "address: only this machine can reach node 0 there. Give the address "

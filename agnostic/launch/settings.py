@@ -8,7 +8,7 @@ import importlib.util
 import os
 import sys
 
-from agnostic import devices, errors
+from agnostic import cluster, devices, errors
 from agnostic.launch import output as output_lib
 from agnostic.launch.address import (  # noqa: F401 (free_master_port, parse_master: here too)
     DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, free_master_port, master_address, parse_master,
@@ -110,11 +110,8 @@ def _restarts(value, nnodes):
 
 
 def _whole_number(flag, value, minimum=None, alternative=""):
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = None
-    if number is None or (minimum is not None and number < minimum):
+    number = cluster.whole(value, minimum)
+    if number is None:
         at_least = f", at least {minimum}" if minimum is not None else ""
         raise errors.LaunchError(f"{flag} must be a whole number{at_least}{alternative}. "
                                  f"Received: {flag} {show(value)}")

@@ -1,23 +1,27 @@
-"""One module per strategy; the registry maps Plan.strategy to its class.
+"""The registry: Plan.strategy's name -> its class, one module per strategy.
 
-Adding an engine is adding a module here and one line in STRATEGIES.
+An engine's strategies live in its folder, agnostic/engines/<engine>/, the
+module named after the strategy less its engine's prefix ("torch-ddp":
+engines/torch/ddp.py); what serves every engine (the base class, one
+device, device parallelism's shared part) lives here. Adding a strategy is
+adding its module and one line in STRATEGIES.
 """
 import importlib
 
 STRATEGIES = {
     "single-device": "agnostic.strategies.single_device:SingleDeviceStrategy",
-    "tf-mirrored": "agnostic.strategies.tf_mirrored:TFMirroredStrategy",
-    "tf-central-storage": "agnostic.strategies.tf_central_storage:TFCentralStorageStrategy",
-    "tf-multi-worker": "agnostic.strategies.tf_multi_worker:TFMultiWorkerStrategy",
-    "jax-data-parallel": "agnostic.strategies.jax_data_parallel:JaxDataParallelStrategy",
-    "mxnet-context": "agnostic.strategies.mxnet_context:MxnetContextStrategy",
-    "torch-ddp": "agnostic.strategies.torch_ddp:TorchDDPStrategy",
-    "tf-device-parallel": "agnostic.strategies.tf_device_parallel:TFDeviceParallelStrategy",
+    "tf-mirrored": "agnostic.engines.tensorflow.mirrored:TFMirroredStrategy",
+    "tf-central-storage": "agnostic.engines.tensorflow.central_storage:TFCentralStorageStrategy",
+    "tf-multi-worker": "agnostic.engines.tensorflow.multi_worker:TFMultiWorkerStrategy",
+    "jax-data-parallel": "agnostic.engines.jax.data_parallel:JaxDataParallelStrategy",
+    "mxnet-context": "agnostic.engines.mxnet.context:MxnetContextStrategy",
+    "torch-ddp": "agnostic.engines.torch.ddp:TorchDDPStrategy",
+    "tf-device-parallel": "agnostic.engines.tensorflow.device_parallel:TFDeviceParallelStrategy",
     "torch-device-parallel":
-        "agnostic.strategies.torch_device_parallel:TorchDeviceParallelStrategy",
-    "jax-model-parallel": "agnostic.strategies.jax_model_parallel:JaxModelParallelStrategy",
-    "jax-sharded": "agnostic.strategies.jax_sharded:JaxShardedStrategy",
-    "torch-sharded": "agnostic.strategies.torch_sharded:TorchShardedStrategy",
+        "agnostic.engines.torch.device_parallel:TorchDeviceParallelStrategy",
+    "jax-model-parallel": "agnostic.engines.jax.model_parallel:JaxModelParallelStrategy",
+    "jax-sharded": "agnostic.engines.jax.sharded:JaxShardedStrategy",
+    "torch-sharded": "agnostic.engines.torch.sharded:TorchShardedStrategy",
 }
 
 

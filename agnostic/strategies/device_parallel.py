@@ -10,7 +10,7 @@ moved to its device (an unplaced call's to torch's default device), the
 model's outputs back to where its inputs came from, and each optimizer slot
 is made on its weight's device.
 """
-from agnostic import placement
+from agnostic.plan import placement
 from agnostic.fit import methods
 from agnostic.compat import keras_nodes, keras_variables
 

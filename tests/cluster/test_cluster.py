@@ -188,14 +188,14 @@ def test_bad_values_are_named(environ, message):
 
 
 def test_tensorflow_workers_get_one_port_each():
-    from agnostic import _startup
+    from agnostic.engines.tensorflow import start
 
     # Two tasks on one host (srun -n2): the coordinator's port plus the rank.
     found = cluster.detect(srun_task(rank=1, nodelist="n1", per_node="2"))
-    assert _startup.worker_addresses(found) == ["n1:19242", "n1:19243"]
+    assert start.worker_addresses(found) == ["n1:19242", "n1:19243"]
     several = cluster.detect(mpirun_process(3, size=4, local_size=2))
     with pytest.raises(errors.LaunchError, match="does not say where each process runs"):
-        _startup.worker_addresses(several)
+        start.worker_addresses(several)
 
 
 @pytest.mark.parametrize("name, flag, main_source, joins", [
@@ -311,17 +311,17 @@ def test_pin_torch_takes_the_local_rank_gpu(monkeypatch):
     # machine with GPUs cannot exist in this test environment.
     torch = pytest.importorskip("torch") if os.environ.get("KERAS_BACKEND") == "torch" \
         else pytest.skip("torch's own tox environment runs this")
-    from agnostic import _startup
+    from agnostic.engines.torch import start
 
     taken = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "set_device", taken.append)
     for launcher in sorted(LAUNCHERS):
-        _startup._pin_torch(torch, cluster.detect(LAUNCHERS[launcher]()))
+        start.join(torch, cluster.detect(LAUNCHERS[launcher]()))
     assert taken == [1] * len(LAUNCHERS)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    _startup._pin_torch(torch, cluster.detect(LAUNCHERS["slurm"]()))
+    start.join(torch, cluster.detect(LAUNCHERS["slurm"]()))
     assert taken[-1] == 0
 
 

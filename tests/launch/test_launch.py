@@ -16,7 +16,7 @@ from agnostic import errors, plan
 from agnostic.devices import DeviceListing
 from agnostic import cluster
 from agnostic.launch import local, processes
-from agnostic.strategies import torch_ddp
+from agnostic.engines.torch import ddp as torch_ddp
 from tests.conftest import ROOT
 
 # Starts no engine in any process (tests/conftest.py: where it runs).

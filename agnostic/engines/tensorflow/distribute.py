@@ -7,7 +7,7 @@ from agnostic import errors
 from agnostic.fit import batch_norm, global_batch, in_place, methods
 from agnostic.compat import (keras_variables, step_logs, tf_central_metrics, tf_first_batch,
                              tf_gradients, tf_on_batch)
-from agnostic.strategies import tf_batch_view
+from agnostic.engines.tensorflow import batch_view
 
 
 def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
@@ -17,7 +17,7 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     (`global_view`) run over the global batch on every replica."""
     keras_variables.train_under(model, strategy)
     batch_norm.synchronize(model, "tensorflow", sync_batch_norm)
-    metrics_scope = tf_batch_view.first_replicas_metrics if global_view \
+    metrics_scope = batch_view.first_replicas_metrics if global_view \
         else contextlib.nullcontext
     in_place.compile_in(model, _within(scope(), metrics_scope()), call,
                         placed=lambda variable: _placed(variable, strategy, global_view))
@@ -29,7 +29,7 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     step_logs.metrics_in_place(model, summed=not global_view)
     tf_central_metrics.summed_state_in_place(model)
     if global_view:
-        global_batch.see_the_global_batch(model, tf_batch_view.view)
+        global_batch.see_the_global_batch(model, batch_view.view)
         for name in global_batch.STEPS:
             methods.wrap_method(model, name, _made_in(metrics_scope))
     tf_first_batch.build_without_reading(model, strategy, scope)

@@ -1,7 +1,7 @@
 """torch-sharded: torch-ddp with each large weight and its optimizer state
 split over the processes (shard=True), as FSDP and ZeRO stage 3 do: each
 process holds 1/N of each large weight's values and the optimizer's slots
-for them (strategies/torch_weight_shards.py, torch_optimizer_shards.py);
+for them (strategies/weight_shards.py, optimizer_shards.py);
 a weight is gathered whole while a layer computes with it, and freed after.
 The gradients are whole during a step and averaged by DistributedDataParallel
 as in torch-ddp. Keras's layers read their variables' own tensors, not
@@ -12,10 +12,10 @@ import contextlib
 
 from agnostic import errors
 from agnostic.fit import methods
-from agnostic.strategies import torch_ddp, torch_optimizer_shards, torch_weight_shards
+from agnostic.engines.torch import ddp, optimizer_shards, weight_shards
 
 
-class TorchShardedStrategy(torch_ddp.TorchDDPStrategy):
+class TorchShardedStrategy(ddp.TorchDDPStrategy):
     name = "torch-sharded"
 
     def compile(self, model, call):
@@ -33,12 +33,12 @@ class TorchShardedStrategy(torch_ddp.TorchDDPStrategy):
 
     def split_state(self, model, optimizers, rank, world_size):
         for optimizer in optimizers:
-            why = torch_optimizer_shards.refusal(optimizer)
+            why = optimizer_shards.refusal(optimizer)
             if why is not None:  # found only once compiled (a model's own compile)
                 raise _refused(optimizer, why)
-        self.weights = torch_weight_shards.of(model, rank, world_size)
+        self.weights = weight_shards.of(model, rank, world_size)
         for optimizer in optimizers:
-            shards = torch_optimizer_shards.shards_of(optimizer, rank, world_size, self.weights)
+            shards = optimizer_shards.shards_of(optimizer, rank, world_size, self.weights)
             shards.install()
             self.shards.append(shards)
 
@@ -90,7 +90,7 @@ def _refuse_before_any_work(model, call):
     if keras.config.dtype_policy().name == "mixed_float16":
         given.append(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
     for optimizer in given:
-        why = torch_optimizer_shards.refusal(optimizer)
+        why = optimizer_shards.refusal(optimizer)
         if why is not None:
             raise _refused(optimizer, why)
 
@@ -100,5 +100,5 @@ def _refused(optimizer, why):
     return errors.NotSupportedError(
         f"shard=True on torch splits the optimizer state by slices of each weight, and {why}: "
         "its state cannot be split. Use one of Keras's "
-        f"{', '.join(torch_optimizer_shards.ELEMENTWISE)} (without mixed precision), or "
+        f"{', '.join(optimizer_shards.ELEMENTWISE)} (without mixed precision), or "
         f"shard=False. Received: optimizer={name!r}")

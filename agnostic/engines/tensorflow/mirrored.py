@@ -4,7 +4,8 @@ import itertools
 
 from agnostic.fit import pipeline
 from agnostic.compat import tf_collective_keys
-from agnostic.strategies import base, tf_distribute
+from agnostic.engines.tensorflow import distribute
+from agnostic.strategies import base
 
 _STRATEGIES_MADE = itertools.count(1)
 
@@ -32,15 +33,15 @@ class TFMirroredStrategy(base.Strategy):
     def compile(self, model, call):
         import tensorflow as tf
 
-        strategy = tf_distribute.users_strategy(self.plan, tf.distribute.MirroredStrategy) \
-            or tf_distribute.made_once((self.name, self.plan.devices, self.cpu_merge),
+        strategy = distribute.users_strategy(self.plan, tf.distribute.MirroredStrategy) \
+            or distribute.made_once((self.name, self.plan.devices, self.cpu_merge),
                                        self.distribution)
         # Per-replica statistics combine the updates a layer makes in its call.
         scope = strategy.scope
         if not self.sync_batch_norm:
             def scope():
-                return tf_distribute.central_scope(strategy)
-        tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
+                return distribute.central_scope(strategy)
+        distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
                                 self.global_view)
         pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True)
         return model

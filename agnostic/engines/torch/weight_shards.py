@@ -6,7 +6,7 @@ A split weight's Keras variable keeps its torch parameter (the one Keras's
 layers, torch's module and DistributedDataParallel know), but the
 parameter's storage is freed at rest; this process's slice lives in a
 tensor of its own (`Held.part`), which the optimizer updates
-(strategies/torch_optimizer_shards.py). Reading the variable (Keras's ops
+(engines/torch/optimizer_shards.py). Reading the variable (Keras's ops
 do, through `variable.value`) gathers the slices into the parameter first:
 one all_gather, on a process group of the weights' own. Around each
 training step:
@@ -34,7 +34,7 @@ import weakref
 from agnostic import errors
 from agnostic.fit import methods
 from agnostic.compat import torch_variables
-from agnostic.strategies import torch_optimizer_shards as shards
+from agnostic.engines.torch import optimizer_shards as shards
 
 # The weights' key in a model's __dict__ (out of Keras's tracking).
 KEY = "_agnostic_weight_shards"

@@ -4,7 +4,7 @@ Keras 3.13-3.15 have no multi-device `fit` on torch, so this strategy supplies t
 data-parallel parts around Keras's own training loop: the same initial weights
 everywhere (broadcast from rank 0), a shard of each global batch per process,
 gradients averaged by torch's DistributedDataParallel while backward runs,
-each share weighted by its rows (strategies.torch_gradients), and metrics
+each share weighted by its rows (engines.torch.gradients), and metrics
 aggregated over all processes. Keras 3.16 does the averaging and the metrics
 itself (compat.torch_keras_ddp), and agnostic adds only the weights. Only the
 chief prints or writes files.
@@ -14,13 +14,14 @@ import datetime
 import logging
 import sys
 
-from agnostic import _startup, devices, errors
+from agnostic import cluster, errors
 from agnostic.fit import batch_norm, batching, collectives
 from agnostic.fit import global_batch, in_place, methods, pipeline
 from agnostic.cluster import torch_join
 from agnostic.compat import step_logs, torch_keras_ddp
 from agnostic.launch import local, processes
-from agnostic.strategies import base, torch_batch_view, torch_gradients, torch_reduce
+from agnostic.engines.torch import batch_view, gradients, reduce, start
+from agnostic.strategies import base
 
 logger = logging.getLogger("agnostic")
 
@@ -48,10 +49,10 @@ class TorchDDPStrategy(base.Strategy):
         _share_the_cores(self.plan.threads)
         if not dist.is_initialized():
             if self.plan.process_group == "nccl":
-                torch.cuda.set_device(devices.cuda_index(group, torch.cuda.device_count()))
+                start.pin(torch, group)
             # Every rank present within AGNOSTIC_JOIN_SECONDS, or an error
             # naming the missing ones; the store listens on the job's address.
-            store = torch_join.store(group, _startup.join_seconds())
+            store = torch_join.store(group, cluster.join_seconds_at_start())
             dist.init_process_group(
                 self.plan.process_group, store=store,
                 rank=group.rank, world_size=group.world_size,
@@ -60,7 +61,7 @@ class TorchDDPStrategy(base.Strategy):
             atexit.register(_leave_group)
             local.report_failures(group.rank)
         model = self.replica(model, call, group.rank)
-        torch_reduce.broadcast([v.value for v in model.variables])
+        reduce.broadcast([v.value for v in model.variables])
         if not batch_norm.synchronize(model, "torch", self.sync_batch_norm):
             _average_moving_statistics(model, group.world_size)
         by_keras = torch_keras_ddp.keras_averages_gradients(model)
@@ -73,16 +74,16 @@ class TorchDDPStrategy(base.Strategy):
         optimizers = in_place.optimizers(model, call)
         # Before the gradients' averaging wraps the optimizers: it runs first.
         self.split_state(model, optimizers, group.rank, group.world_size)
-        torch_gradients.average(model, group.world_size, self.multi_device,
+        gradients.average(model, group.world_size, self.multi_device,
                                 optimizers, by_keras, global_view)
         if not global_view:  # else every process's metrics hold the whole batch's
             if not torch_keras_ddp.keras_is_data_parallel(model):
                 _aggregate_metrics(model)
             _global_step_logs(model)
-        torch_gradients.empty_shares(model)
+        gradients.empty_shares(model)
         _combined_layer_state(model, group.world_size)
         if global_view:
-            global_batch.see_the_global_batch(model, torch_batch_view.maker(group.world_size))
+            global_batch.see_the_global_batch(model, batch_view.maker(group.world_size))
         processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
                                        share=collectives.torch_share)
         pipeline.wrap(model, group.world_size, processes=processes, even_shares=False,
@@ -159,7 +160,7 @@ def _average_moving_statistics(model, world_size):
         def run(*args, **kwargs):
             logs = train_step(*args, **kwargs)
             with torch.no_grad():
-                torch_reduce.all_reduce_mean(statistics, world_size)
+                reduce.all_reduce_mean(statistics, world_size)
             return logs
 
         return run
@@ -191,11 +192,11 @@ def _combined_layer_state(model, world_size):
             logs = train_step(*args, **kwargs)
             with torch.no_grad():
                 changes = [value - old for value, old in zip(summed, before)]
-                torch_reduce.all_reduce_sum(changes)
+                reduce.all_reduce_sum(changes)
                 for value, old, change in zip(summed, before, changes):
                     value.copy_(old + change)
-                torch_reduce.all_reduce_mean([v.value for v in declared("mean")], world_size)
-                torch_reduce.broadcast([v.value for v in declared("only_first_replica")])
+                reduce.all_reduce_mean([v.value for v in declared("mean")], world_size)
+                reduce.broadcast([v.value for v in declared("only_first_replica")])
             return logs
 
         return run
@@ -213,7 +214,7 @@ def _aggregate_metrics(model):
             variables = [v.value for m in model.metrics for v in m.variables]
             with torch.no_grad():
                 kept = [v.detach().clone() for v in variables]
-                torch_reduce.all_reduce_sum(variables)
+                reduce.all_reduce_sum(variables)
                 try:
                     # A count metric's result is its variable itself: keep
                     # the global value, not the one put back below.
@@ -245,7 +246,7 @@ def _global_step_logs(model):
             logs = step(*args, **kwargs)
             if not isinstance(logs, dict):
                 return logs
-            rows = batching.num_samples(torch_gradients.step_data(args, kwargs))
+            rows = batching.num_samples(gradients.step_data(args, kwargs))
             # As Keras reads them: the compiled metrics' dict, entry by entry.
             local = step_logs.in_place(
                 {metric.name: metric.result() for metric in model.metrics}, model)
@@ -260,7 +261,7 @@ def _global_step_logs(model):
                 values = [logs[key].detach().float().reshape(()) * weight if weight
                           else torch.zeros(()) for key in scalars]  # none: no NaN either
                 stacked = torch.stack(values + [torch.tensor(weight)])
-                torch_reduce.all_reduce_sum([stacked])
+                reduce.all_reduce_sum([stacked])
                 averaged = dict(zip(scalars, stacked[:-1] / stacked[-1]))
             result = {}
             for key, value in logs.items():

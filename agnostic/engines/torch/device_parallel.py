@@ -3,10 +3,11 @@ device (strategies/device_parallel.py), in one process, or in each of
 several processes, a replica each on its own devices, the gradients averaged
 as by torch-ddp."""
 from agnostic.fit import pipeline
-from agnostic.strategies import device_parallel, torch_ddp
+from agnostic.engines.torch import ddp
+from agnostic.strategies import device_parallel
 
 
-class TorchDeviceParallelStrategy(torch_ddp.TorchDDPStrategy):
+class TorchDeviceParallelStrategy(ddp.TorchDDPStrategy):
     name = "torch-device-parallel"
     multi_device = True
 

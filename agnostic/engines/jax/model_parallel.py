@@ -10,7 +10,7 @@ over the replicas (ModelParallel).
 """
 import re
 
-from agnostic import placement
+from agnostic.plan import placement
 from agnostic.fit import in_place, pipeline
 from agnostic.compat import jax_uneven_batches
 from agnostic.strategies import base

@@ -6,7 +6,8 @@ import logging
 
 from agnostic.fit import pipeline
 from agnostic.compat import tf_central_metrics
-from agnostic.strategies import base, tf_distribute
+from agnostic.engines.tensorflow import distribute
+from agnostic.strategies import base
 
 LOGGER = logging.getLogger("agnostic")
 
@@ -24,8 +25,8 @@ class TFCentralStorageStrategy(base.Strategy):
     def compile(self, model, call):
         import tensorflow as tf
 
-        tf_distribute.users_strategy(self.plan, tf.distribute.MirroredStrategy, central=True)
-        strategy = tf_distribute.made_once((self.name, self.plan.devices), self.distribution)
+        distribute.users_strategy(self.plan, tf.distribute.MirroredStrategy, central=True)
+        strategy = distribute.made_once((self.name, self.plan.devices), self.distribution)
         LOGGER.info(
             "cpu_relocation=True: the variables live once on /cpu:0 and %d "
             "devices compute; their gradients are summed there%s.",
@@ -35,9 +36,9 @@ class TFCentralStorageStrategy(base.Strategy):
 
         # Variables stored once combine the updates a layer makes in its call.
         def scope():
-            return tf_distribute.central_scope(strategy)
+            return distribute.central_scope(strategy)
 
-        tf_distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
+        distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
                                 self.global_view)
         tf_central_metrics.update_in_place(model)
         pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True)

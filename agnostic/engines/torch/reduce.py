@@ -1,7 +1,7 @@
 """Summing torch tensors across processes, for torch-ddp: the initial
 weights, the metrics' states and the moving batch statistics, in buckets (one
 collective per bucket, not per tensor). Gradients go through torch's
-DistributedDataParallel instead (strategies.torch_gradients).
+DistributedDataParallel instead (engines.torch.gradients).
 """
 BUCKET_BYTES = 25 * 1024 * 1024
 

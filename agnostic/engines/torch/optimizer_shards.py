@@ -8,7 +8,7 @@ slice per process (the first processes one value more where the count does
 not divide). The optimizer is built on Keras variables whose storage is this
 process's slice of each weight, so it makes each slot the size of a slice
 and its update writes that slice. Where the weight is split itself
-(strategies/torch_weight_shards.py: trainable weights), the slice is the
+(engines/torch/weight_shards.py: trainable weights), the slice is the
 one it keeps and the weight is freed after the update, to be gathered when
 next read; else the slice is a view of the whole weight, and after the update
 the processes exchange their slices (one all_gather), so every such weight
@@ -73,7 +73,7 @@ class Split:
 def shards_of(optimizer, rank, world, weights=None):
     """`optimizer`'s Shards: the ones made for it before, where it is
     compiled again (its slots are kept by slice), else new ones. `weights`:
-    the model's split weights (strategies/torch_weight_shards.py), whose
+    the model's split weights (engines/torch/weight_shards.py), whose
     slices the optimizer updates in place of views of whole weights."""
     made = optimizer.__dict__.get("_agnostic_shards")
     if made is None or (made.rank, made.world) != (rank, world):

@@ -4,10 +4,11 @@ and the places where Keras's fit (3.13-3.16) needs help under it.
 """
 import warnings
 
-from agnostic import _startup, errors
+from agnostic import errors
 from agnostic.fit import collectives, pipeline
 from agnostic.compat import tf_worker_logs
-from agnostic.strategies import base, tf_distribute
+from agnostic.engines.tensorflow import distribute, start
+from agnostic.strategies import base
 
 
 class TFMultiWorkerStrategy(base.Strategy):
@@ -16,16 +17,16 @@ class TFMultiWorkerStrategy(base.Strategy):
     def compile(self, model, call):
         import tensorflow as tf
 
-        users = tf_distribute.users_strategy(self.plan, tf.distribute.MultiWorkerMirroredStrategy)
+        users = distribute.users_strategy(self.plan, tf.distribute.MultiWorkerMirroredStrategy)
         return compile(self.plan, model, call, self.sync_batch_norm, users, self.global_view)
 
 
 def strategy(plan):
     """The workers' strategy, made when TensorFlow was imported."""
-    if "strategy" in _startup.TF_WORKERS:
-        return _startup.TF_WORKERS["strategy"]
-    if "error" in _startup.TF_WORKERS:
-        cause = f"it failed: {_startup.TF_WORKERS['error']}"
+    if "strategy" in start.WORKERS:
+        return start.WORKERS["strategy"]
+    if "error" in start.WORKERS:
+        cause = f"it failed: {start.WORKERS['error']}"
     else:
         cause = ("TensorFlow was imported before agnostic could make it: import "
                  "agnostic before keras in the script, or set AGNOSTIC_JOIN=1 (and "
@@ -44,7 +45,7 @@ def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=Tru
     worker's step sees the global batch (agnostic/fit/global_batch.py)."""
     workers = users or strategy(plan)
     _chief_weights(workers, model)
-    tf_distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
+    distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
                              global_view)
     tf_worker_logs.one_value_per_replica(model)
     _one_step_per_execution(model, plan.process_id == 0)

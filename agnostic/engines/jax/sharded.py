@@ -16,13 +16,14 @@ variables again on the mesh.
 Over several processes (agnostic launch, a scheduler) the mesh is every
 process's devices, each process feeding its part of every batch; a save
 and a prediction gather each variable whole in every process for their
-time (jax_data_parallel.across_processes, compat/keras_variables.py).
+time (data_parallel.across_processes, compat/keras_variables.py).
 """
 import math
 
 from agnostic.fit import in_place, methods, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
-from agnostic.strategies import base, jax_data_parallel
+from agnostic.engines.jax import data_parallel
+from agnostic.strategies import base
 
 AXIS = "batch"
 # Fewer values than this: copied on every device (biases, scales, counters).
@@ -48,21 +49,21 @@ class JaxShardedStrategy(base.Strategy):
         import keras
 
         plan = self.plan
-        jax_data_parallel.users_distribution(plan)  # a ModelParallel of its own: refused
+        data_parallel.users_distribution(plan)  # a ModelParallel of its own: refused
         if plan.num_processes > 1:
-            jax_data_parallel.same_weights_everywhere(model)
+            data_parallel.same_weights_everywhere(model)
         devices = list(plan.devices)
         mesh = keras.distribution.DeviceMesh((len(devices),), (AXIS,), devices=devices)
         distribution = _distribution(keras, mesh)
         # agnostic gives each process its own part of the data (as jax-data-parallel).
         distribution.auto_shard_dataset = plan.num_processes == 1
         in_place.compile_in(model, distribution.scope(), call)
-        jax_data_parallel.made_again_when_frozen(model)
+        data_parallel.made_again_when_frozen(model)
         if plan.num_processes == 1:
             pipeline.wrap(model, plan.num_replicas,
                           scope=jax_uneven_batches.allow(distribution), even_shares=False)
             return model
-        jax_data_parallel.across_processes(model, plan, distribution)
+        data_parallel.across_processes(model, plan, distribution)
         methods.around_saves(model, lambda: _gathered(model))
         return model
 

@@ -1,19 +1,16 @@
 """The decision: which strategy, on which devices, and why. Starts nothing."""
 import dataclasses
-import logging
-import os
-import sys
-import warnings
 from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
-from agnostic import _startup, cluster, placement, shard_plan
+from agnostic import _startup, cluster
 from agnostic import devices as devices_lib
 from agnostic import errors
+from agnostic.plan import per_process, placement, shards
+from agnostic.plan.per_process import PROCESS_PER_DEVICE
+from agnostic.plan.request import check_gpus_type, whole_numbers
 
 if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine
     import keras
-
-logger = logging.getLogger("agnostic")
 
 SINGLE_DEVICE = "single-device"
 # The strategy that spreads one engine over several devices. An engine that is
@@ -24,8 +21,6 @@ MULTI_DEVICE = {
     "mxnet": "mxnet-context",
     "torch": "torch-ddp",
 }
-# Strategies that run one process per device.
-PROCESS_PER_DEVICE = {"torch-ddp"}
 # TensorFlow's other runtimes, named for what runs: several workers (each
 # process a worker of MultiWorkerMirroredStrategy), or the variables kept once
 # on the CPU (cpu_relocation=True: CentralStorageStrategy).
@@ -47,9 +42,6 @@ NOTES = {
     ),
 }
 NO_ENVIRONMENT = "none"
-# Set (to anything but 0) to keep the plan line off the terminal; configuring
-# the "agnostic" logger (its level or handlers) does too.
-QUIET_VARIABLE = "AGNOSTIC_QUIET"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,65 +160,7 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
         placed = placement.requested(model)
     plan = decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placed)
-    return shard_plan.sharded(plan) if shard is True else plan
-
-
-def whole_numbers(gpus):
-    """`gpus` with NumPy's (and any other library's) whole numbers as ints:
-    gpus=np.int64(2), or ids from an array, mean what 2 and [0, 1] mean."""
-    import operator
-
-    def whole(value):
-        if isinstance(value, (bool, int)) or not hasattr(type(value), "__index__"):
-            return value
-        if type(value).__name__.startswith("bool"):  # NumPy's bool_: refused below
-            return value
-        return operator.index(value)
-
-    if isinstance(gpus, (list, tuple)):
-        return type(gpus)(whole(value) for value in gpus)
-    return whole(gpus)
-
-
-def check_gpus_type(gpus):
-    """Rejects values of `gpus` that are wrong whatever the machine has."""
-    if gpus is None:
-        return
-    if isinstance(gpus, bool) or not isinstance(gpus, (int, list, tuple)):
-        raise errors.DeviceRequestError(
-            "`gpus` must be None (every device), a positive int (that many "
-            "devices) or a list of device ids such as [0, 1]. "
-            f"Received: gpus={gpus!r} (of type {type(gpus).__name__})"
-        )
-    if isinstance(gpus, int):
-        if gpus < 1:
-            raise errors.DeviceRequestError(
-                "`gpus` must be at least 1; pass None to use every device. "
-                f"Received: gpus={gpus!r}"
-            )
-        return
-    if not gpus:
-        raise errors.DeviceRequestError(
-            "`gpus` is an empty list: name at least one device id, such as "
-            f"[0, 1], or pass None to use every device. Received: gpus={gpus!r}"
-        )
-    for device_id in gpus:
-        if isinstance(device_id, bool) or not isinstance(device_id, int):
-            raise errors.DeviceRequestError(
-                "Every device id in `gpus` must be an int, such as [0, 1]. "
-                f"Received: gpus={gpus!r}"
-            )
-        if device_id < 0:
-            raise errors.DeviceRequestError(
-                "Device ids in `gpus` start at 0 and cannot be negative. "
-                f"Received: gpus={gpus!r}"
-            )
-    duplicates = sorted({d for d in gpus if list(gpus).count(d) > 1})
-    if duplicates:
-        raise errors.DeviceRequestError(
-            f"`gpus` names device {duplicates[0]} more than once; each device "
-            f"can hold one replica. Received: gpus={gpus!r}"
-        )
+    return shards.sharded(plan) if shard is True else plan
 
 
 def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False,
@@ -240,7 +174,7 @@ def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False,
         plan = _placed(backend, listing, gpus, environment, placements, cpu_relocation)
         return dataclasses.replace(plan, job=environment)
     plan = _runtime(_decide(backend, listing, gpus, environment), cpu_relocation)
-    plan = _threads(plan, listing, environment)
+    plan = per_process.threads(plan, listing, environment)
     if placements:
         plan = dataclasses.replace(plan, placement_warning=(
             f"The model's agnostic.device() placements are ignored: Keras engine "
@@ -285,7 +219,7 @@ def _decide(backend, listing, gpus, environment):
     found = listing.devices
     strategy = MULTI_DEVICE.get(backend)
     if environment is not None:
-        _check_tasks_per_node(backend, listing, environment)
+        per_process.check_tasks_per_node(backend, listing, environment)
     if environment is not None and strategy in PROCESS_PER_DEVICE:
         return _join(backend, strategy, listing, gpus, environment)
     if strategy is None:
@@ -380,55 +314,6 @@ def _join(backend, strategy, listing, gpus, environment):
                 process_id=environment.rank, reason=reason)
 
 
-def _threads(plan, listing, environment):
-    """How many intra-op threads each process gets, and why. Several torch
-    processes on one machine share its cores (as torchrun does), unless the
-    user chose (OMP_NUM_THREADS); simulated CPU devices past the cores take
-    turns, which the plan says."""
-    chosen = devices_lib.chosen_threads()
-    local = plan.num_processes
-    if environment is not None:
-        local = environment.local_world_size or environment.world_size
-    if chosen:
-        return dataclasses.replace(plan, threads_reason=f"{chosen} (set before start)")
-    cores = devices_lib.cores()
-    turns = ""
-    if listing.simulated and len(listing.devices) > cores:
-        turns = (f"; {len(listing.devices)} simulated CPU devices on {cores} core(s) take "
-                 "turns, so they test a many-device program but train no faster")
-    if plan.strategy not in PROCESS_PER_DEVICE or local < 2:
-        return dataclasses.replace(plan, threads_reason=f"engine default{turns}")
-    # A scheduler's process pinned to some cores has its share already; the
-    # processes agnostic starts inherit this one's cores, and share them.
-    own = environment is not None and devices_lib.pinned()
-    threads = cores if own else devices_lib.threads_per_process(local)
-    why = (f"the {cores} core(s) this process is pinned to" if own else
-           f"{cores} core(s) shared by {local} processes on this machine")
-    return dataclasses.replace(plan, threads=threads, threads_reason=(
-        f"{threads} per process ({why}; set OMP_NUM_THREADS to choose){turns}"))
-
-
-def _check_tasks_per_node(backend, listing, environment):
-    """Processes per node that cannot share the node's accelerators: an
-    error now, not a hang or a crash inside the engine later."""
-    per_node = environment.local_world_size
-    if not listing.accelerators or per_node < 2 or backend not in ("torch", "tensorflow"):
-        return
-    local = len(listing.devices) if backend == "torch" else (
-        len(listing.devices) // max(1, listing.num_processes))
-    if local == 1 or (backend == "torch" and local == per_node):
-        return
-    wanted = ("one process per accelerator" if backend == "torch"
-              else "one process per node, which drives all of the node's accelerators")
-    raise errors.DeviceRequestError(
-        f"{environment.name} started {per_node} processes on this node, which "
-        f"has {local} accelerators visible to each of them; {backend} trains with "
-        f"{wanted}. Start {local if backend == 'torch' else 1} process(es) per node "
-        "(SLURM: --ntasks-per-node; mpirun: -npernode), or give each process its own "
-        "accelerator (SLURM: --gpus-per-task=1, or CUDA_VISIBLE_DEVICES)."
-    )
-
-
 def _single(backend, device, reason, warning=None):
     return Plan(
         backend, SINGLE_DEVICE, (device,), 1, reason=reason + NOTES.get(backend, ""),
@@ -440,45 +325,3 @@ def _count(found, listing):
     if not listing.accelerators and len(found) <= 1:
         return f"no accelerator and one CPU device ({listing.host})"
     return f"{len(found)} device(s): {', '.join(found)}"
-
-
-def _visible():
-    """The plan line reaches the terminal by default (stderr), once per
-    process, as Lightning's first lines do: the "agnostic" logger, left
-    unconfigured, is set to INFO and, where no handler would take its
-    records, given one. AGNOSTIC_QUIET=1, or any level or handler the
-    program gave that logger, decides instead."""
-    if os.environ.get(QUIET_VARIABLE, "").strip() not in ("", "0"):
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)
-        return
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.INFO)
-    if not logger.hasHandlers():
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Prefixed())
-        logger.addHandler(handler)
-
-
-class _Prefixed(logging.Formatter):
-    """Each record as "agnostic: <message>" (once: some messages say it)."""
-
-    def format(self, record):
-        message = super().format(record)
-        return message if message.startswith("agnostic") else f"agnostic: {message}"
-
-
-def announce(plan):
-    """Logs the plan once and gives its fallback warning, if it has one.
-
-    Only the chief (process 0) speaks: the other processes say nothing.
-    """
-    if plan.process_id != 0:
-        return
-    _visible()
-    # One device: the warning says why, once.
-    logger.info(plan.describe(reason=not plan.fallback_warning))
-    if plan.fallback_warning:
-        warnings.warn(plan.fallback_warning, errors.SingleDeviceWarning, stacklevel=3)
-    if plan.placement_warning:
-        warnings.warn(plan.placement_warning, errors.PlacementWarning, stacklevel=3)

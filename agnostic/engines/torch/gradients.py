@@ -1,14 +1,14 @@
 """torch-ddp's gradients: each training step's averaged over the processes,
 each process's share of the batch weighted by its rows, as on one device.
 
-Used by strategies.torch_ddp (and torch-device-parallel, through it).
+Used by engines.torch.ddp (and torch-device-parallel, through it).
 """
 import logging
 
 from agnostic import errors
 from agnostic.fit import batching, in_place, methods
 from agnostic.compat import torch_empty_share, torch_keras_ddp, torch_variables
-from agnostic.strategies import torch_reduce
+from agnostic.engines.torch import reduce
 
 logger = logging.getLogger("agnostic")
 
@@ -233,7 +233,7 @@ class GradientSteps:
             if weight != 1.0:
                 for gradient in present:
                     gradient.mul_(weight)
-            torch_reduce.all_reduce_mean(present, self.world_size)
+            reduce.all_reduce_mean(present, self.world_size)
 
     def _without_parallel(self, variables):
         """Some weight got no gradient (a model output that no loss uses, say):

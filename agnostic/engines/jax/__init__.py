@@ -1,0 +1,1 @@
+"""JAX: keras.distribution (data parallel, model parallel, sharded weights)."""

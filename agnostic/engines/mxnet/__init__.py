@@ -1,0 +1,1 @@
+"""keras-mxnet 2.2: a context list of devices."""

@@ -16,7 +16,7 @@ from agnostic import errors, plan
 from agnostic.devices import DeviceListing
 from agnostic import cluster
 from agnostic.launch import local, processes
-from agnostic.engines.torch import ddp as torch_ddp
+from agnostic.engines.torch import join as torch_join
 from tests.conftest import ROOT
 
 # Starts no engine in any process (tests/conftest.py: where it runs).
@@ -66,9 +66,9 @@ def test_relaunch_needs_a_script(monkeypatch):
 def test_rank_zero_must_use_the_first_gpu():
     on_gpus = agnostic.Plan("torch", "torch-ddp", ("cuda:2", "cuda:3"), 2, num_processes=2)
     with pytest.raises(errors.LaunchError, match=r"Include device 0 first .* CUDA_VISIBLE_DEVICES"):
-        torch_ddp._device_indexes(on_gpus)
+        torch_join.device_indexes(on_gpus)
     ordered = agnostic.Plan("torch", "torch-ddp", ("cuda:0", "cuda:3"), 2, num_processes=2)
-    assert torch_ddp._device_indexes(ordered) == [0, 3]
+    assert torch_join.device_indexes(ordered) == [0, 3]
 
 
 # Bad cluster input: refused with a clear error well within 60 s, before any

@@ -1,7 +1,7 @@
 """torch-sharded: torch-ddp with each large weight and its optimizer state
 split over the processes (shard=True), as FSDP and ZeRO stage 3 do: each
 process holds 1/N of each large weight's values and the optimizer's slots
-for them (strategies/weight_shards.py, optimizer_shards.py);
+for them (engines/torch/weight_shards.py, optimizer_shards.py);
 a weight is gathered whole while a layer computes with it, and freed after.
 The gradients are whole during a step and averaged by DistributedDataParallel
 as in torch-ddp. Keras's layers read their variables' own tensors, not

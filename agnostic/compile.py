@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from agnostic import plan as plan_lib, strategies
 from agnostic.plan import log, shards
-from agnostic.fit import in_place, methods
+from agnostic import methods
+from agnostic.fit import in_place
 from agnostic.compat import versions
 
 if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine

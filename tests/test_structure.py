@@ -11,8 +11,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "agnostic"
 # What each layer may import besides itself. The leaves import nothing of
 # the package's but errors; compat (the engines' internals, version-gated)
 # and cluster (the schedulers' variables) sit on the leaves alone.
-LEAVES = {"agnostic.errors", "agnostic.fit.methods", "agnostic.fit.batching",
-          "agnostic.fit.collectives", "agnostic.resume.checkpoints", "agnostic.devices",
+LEAVES = {"agnostic.errors", "agnostic.methods", "agnostic.batching",
+          "agnostic.collectives", "agnostic.resume.checkpoints", "agnostic.devices",
           "agnostic.launch.channel",
           "agnostic.launch.failures", "agnostic.strategies.base",
           "agnostic.engines.torch.reduce"}

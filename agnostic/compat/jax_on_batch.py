@@ -8,7 +8,7 @@ the same loss and the same metrics, weighted by one each.
 """
 import numpy as np
 
-from agnostic.fit import batching
+from agnostic import batching
 from agnostic.compat import versions
 
 

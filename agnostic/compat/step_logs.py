@@ -8,7 +8,7 @@ of each replica's own results, on torch each process's own. With each nested
 result in its place the logs have Keras's keys (as its callbacks get them,
 through pythonify_logs), and the history is every replica's (Keras 3.13-3.16).
 """
-from agnostic.fit import methods
+from agnostic import methods
 from agnostic.compat import versions
 
 STEPS = ("train_step", "test_step")

@@ -10,7 +10,7 @@ is the Keras variable's public handle on it); without it, an error names the
 Keras version.
 """
 from agnostic.compat import versions
-from agnostic.fit import methods
+from agnostic import methods
 
 
 def update_in_place(model):

@@ -35,7 +35,7 @@ Inside the steps of a model agnostic compiled:
 The module functions this changes (Keras's loss scaling, TensorFlow's
 `maybe_merge_call`) are replaced only while such a step runs
 (compat/scoped.py); the methods, on the model's and its optimizers'
-instances only (agnostic/fit/methods.py).
+instances only (agnostic/methods.py).
 """
 import threading
 
@@ -54,7 +54,7 @@ def one_device_arithmetic(model, optimizers, trackers, global_view=False):
     `trackers` (the model's mean metrics) weighs a share by its rows.
     `global_view`: the steps see the whole global batch on every replica
     (agnostic/fit/global_batch.py), whose gradients are then averaged."""
-    from agnostic.fit import methods
+    from agnostic import methods
 
     loss_scaling(LOSS_SCALING[0])  # a CompatError now, not in the first step
     for name in STEPS:

@@ -22,7 +22,7 @@ FUNCTIONS = {"make_train_function": "train_function",
 
 def split_batches(model, strategy):
     """Every step function `model` makes splits a whole batch it is given."""
-    from agnostic.fit import methods
+    from agnostic import methods
 
     for maker, attribute in FUNCTIONS.items():
         methods.wrap_method(model, maker, _splitting_after(model, attribute, strategy))

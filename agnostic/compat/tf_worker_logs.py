@@ -7,7 +7,7 @@ is the average over the replicas, whatever the shape. The wrapped methods
 are the documented train_step and test_step.
 """
 from agnostic.compat import versions
-from agnostic.fit import methods
+from agnostic import methods
 
 
 def probe(keras):

@@ -15,7 +15,7 @@ while backward runs. The hook is the model's `forward` (a public
 torch.nn.Module method, which Keras's `Layer.__call__` reaches through
 torch's `Module.__call__`), replaced on the instance only.
 """
-from agnostic.fit import methods
+from agnostic import methods
 from agnostic.compat import versions
 
 

@@ -39,7 +39,7 @@ part_rows, if_equal, otherwise)`, `noise_shape(inputs, noise_shape)`,
 """
 import threading
 
-from agnostic.fit import methods
+from agnostic import methods
 from agnostic.compat import layer_losses, random_draws
 
 _step = threading.local()  # TensorFlow's replicas trace their steps on threads of their own

@@ -10,7 +10,7 @@ optimizers and metrics passed to compile or held by the model) is made
 again in the scope; state made later (a lazily built model, the optimizer's
 slots) is made there by Keras itself, since the model's steps run in it.
 """
-from agnostic.fit import methods
+from agnostic import methods
 from agnostic.compat import keras_variables
 
 

@@ -3,7 +3,7 @@
 A call of the returned model's `fit` runs, top to bottom:
 
 1. check: every batch splits evenly over the replicas (before any work),
-   where the strategy needs equal parts (see agnostic/fit/batching.py; the
+   where the strategy needs equal parts (see agnostic/batching.py; the
    others take batches of any size);
 2. shard: where each process feeds its own data (torch-ddp, JAX processes),
    `validation_split` is cut as one device cuts it, then this process takes
@@ -30,7 +30,7 @@ own data, every process predicts everything: no split to check); `train_on_batch
 `save`, `save_weights` and `export` write atomically on the chief only, each
 followed by a barrier across processes; `load_weights` names a broken file.
 """
-from agnostic.fit import batching, collectives, methods
+from agnostic import batching, collectives, methods
 from agnostic.resume import backup, checkpoints, preemption
 from agnostic.fit import layer_state, sharding
 from agnostic.compat import jax_on_batch, keras_fit
@@ -199,7 +199,7 @@ def guard_files(model, processes=ONE_PROCESS):
     With several processes, `barrier()` follows every save on every process,
     so that a file any process opens afterwards is the one just written, and
     `share(value)` returns the chief's value on every process (see
-    agnostic/fit/collectives.py): BackupAndRestore restores the chief's backup
+    agnostic/collectives.py): BackupAndRestore restores the chief's backup
     everywhere with it, so that only the chief's disk needs one."""
     collectives.attach(model, processes.share)
     for name in ("save", "save_weights", "export"):

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from agnostic import errors
-from agnostic.fit import batching
+from agnostic import batching
 from agnostic.compat import shuffle_order
 
 

@@ -30,7 +30,7 @@ import shutil
 import tempfile
 
 from agnostic import errors
-from agnostic.fit import collectives
+from agnostic import collectives
 from agnostic.resume import checkpoints, preemption, restore
 from agnostic.compat import keras_fit
 

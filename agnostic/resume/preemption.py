@@ -23,7 +23,7 @@ import threading
 import warnings
 
 from agnostic import errors
-from agnostic.fit import methods
+from agnostic import methods
 
 logger = logging.getLogger("agnostic")
 

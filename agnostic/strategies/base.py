@@ -1,4 +1,4 @@
-"""What every strategy shares: the interface (agnostic/fit/methods.py patches
+"""What every strategy shares: the interface (agnostic/methods.py patches
 one model's methods for them)."""
 
 

@@ -11,7 +11,7 @@ model's outputs back to where its inputs came from, and each optimizer slot
 is made on its weight's device.
 """
 from agnostic.plan import placement
-from agnostic.fit import methods
+from agnostic import methods
 from agnostic.compat import keras_nodes, keras_variables
 
 

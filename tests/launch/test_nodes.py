@@ -273,7 +273,7 @@ def test_nodes_without_a_shared_disk_resume_from_the_chiefs_backup(tmp_path):
 def test_the_chiefs_value_crosses_whole_as_int32_words():
     # Both processes' sides of collectives.share, one after the other: the
     # chief's broadcasts are what the other process receives, whatever it passed.
-    from agnostic.fit import collectives
+    from agnostic import collectives
 
     sent = []
 

@@ -1,6 +1,6 @@
 """A stalled process (SIGSTOP, as a hung host or a swapping machine looks) is
 ended and named within AGNOSTIC_STALL_SECONDS, with the environment's engine,
-under `agnostic launch` (torch's shim and torchrun: tests/strategies/
+under `agnostic launch` (torch's shim and torchrun: tests/engines/
 test_torch_ddp.py). Before, torch ended after gloo's 600 s naming rank 0,
 and JAX after 96 s with a fatal error."""
 import sys

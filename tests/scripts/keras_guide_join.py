@@ -1,6 +1,6 @@
 """A JAX process of a job of two whose program starts as Keras's guide to
 distributed training does, with `keras.distribution.initialize()` (from the
-job's KERAS_DISTRIBUTION_* variables), for tests/strategies/
+job's KERAS_DISTRIBUTION_* variables), for tests/engines/
 test_jax_data_parallel.py. This script names agnostic, so agnostic has
 joined the job as JAX was imported, before that call.
 

@@ -1,5 +1,5 @@
 """A TensorFlow worker whose program makes its own MultiWorkerMirroredStrategy,
-as Ray's and TensorFlow's guides write it, for tests/strategies/
+as Ray's and TensorFlow's guides write it, for tests/engines/
 test_tf_multi_worker.py.
 
 Usage: own_strategy.py ORDER LATE FOLDER, with TF_CONFIG set.

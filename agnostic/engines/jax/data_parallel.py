@@ -7,7 +7,8 @@ global batch, and JAX's one program computes on the whole batch.
 import contextlib
 
 from agnostic import devices, errors
-from agnostic.fit import collectives, in_place, methods, pipeline
+from agnostic import collectives, methods
+from agnostic.fit import in_place, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base
 

@@ -20,7 +20,8 @@ time (data_parallel.across_processes, compat/keras_variables.py).
 """
 import math
 
-from agnostic.fit import in_place, methods, pipeline
+from agnostic import methods
+from agnostic.fit import in_place, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.engines.jax import data_parallel
 from agnostic.strategies import base

@@ -4,7 +4,8 @@ own state, the metrics' results and a step's own logs, so that every
 process (and the saved model) holds what one device would."""
 from agnostic.compat import step_logs
 from agnostic.engines.torch import gradients, reduce
-from agnostic.fit import batch_norm, batching, methods
+from agnostic import batching, methods
+from agnostic.fit import batch_norm
 
 
 def average_moving_statistics(model, world_size):

@@ -14,7 +14,8 @@ import logging
 
 from agnostic.compat import torch_keras_ddp
 from agnostic.engines.torch import batch_view, combined, gradients, join, reduce
-from agnostic.fit import batch_norm, collectives, global_batch, in_place, pipeline
+from agnostic import collectives
+from agnostic.fit import batch_norm, global_batch, in_place, pipeline
 from agnostic.strategies import base
 
 logger = logging.getLogger("agnostic")

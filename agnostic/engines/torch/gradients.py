@@ -6,7 +6,8 @@ Used by engines.torch.ddp (and torch-device-parallel, through it).
 import logging
 
 from agnostic import errors
-from agnostic.fit import batching, in_place, methods
+from agnostic import batching, methods
+from agnostic.fit import in_place
 from agnostic.compat import torch_empty_share, torch_keras_ddp, torch_variables
 from agnostic.engines.torch import reduce
 

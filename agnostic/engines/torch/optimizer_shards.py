@@ -24,7 +24,7 @@ whole gradients first (compat/optimizer_slices.py).
 import contextlib
 
 from agnostic import errors
-from agnostic.fit import methods
+from agnostic import methods
 from agnostic.compat import optimizer_slices
 
 # Fewer values than this: updated whole, by every process.

@@ -32,7 +32,7 @@ import contextlib
 import weakref
 
 from agnostic import errors
-from agnostic.fit import methods
+from agnostic import methods
 from agnostic.compat import torch_variables
 from agnostic.engines.torch import optimizer_shards as shards
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import agnostic
-from agnostic.fit import batching
+from agnostic import batching
 
 
 def test_even_batches_pass_and_a_last_batch_that_does_not_split_is_refused():

@@ -78,8 +78,8 @@ def peak(keras):
 
 
 def table(results):
-    rows = ["| engine | devices | way | weights per device (MB) | optimizer state per "
-            "device (MB) | both, of one device's | peak (MB) | step ms |",
+    rows = ["| engine | devices | way | weights MB | optimizer MB "
+            "| both, of one device's | peak MB | step ms |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         whole = next(o["both"] for o in results if o["engine"] == r["engine"] and

@@ -145,18 +145,21 @@ def test_auto_splits_only_a_model_whose_copies_would_not_fit_half_a_device():
                     "to shard (the test above decides for both)")
 def test_auto_on_this_machine_copies_a_small_model_and_trains(caplog):
     """The real decision here: CPU devices have the machine's memory, which
-    a small model fits; the plan line says so, and fit runs."""
+    a small model fits; the plan says so (the line the strategy, the
+    logger at DEBUG why), and fit runs."""
     import logging
 
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
-    with caplog.at_level(logging.INFO, logger="agnostic"):
+    with caplog.at_level(logging.DEBUG, logger="agnostic"):
         agnostic.backend_agnostic_compile(model, optimizer="adam", loss="mse", gpus=2,
                                           shard="auto")
     model.fit(np.ones((8, 8)), np.ones((8, 4)), verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 1
-    line = next(r.getMessage() for r in caplog.records if "plan:" in r.getMessage())
-    assert "strategy=jax-data-parallel" in line
-    assert "shard='auto': not split: 0.6 KB of weights, gradients and optimizer state" in line
+    said = [r.getMessage() for r in caplog.records]
+    line = next(message for message in said if message.startswith("plan:"))
+    assert "strategy=jax-data-parallel" in line and "shard" not in line
+    full = next(message for message in said if message.startswith("the plan in full:"))
+    assert "shard='auto': not split: 0.6 KB of weights, gradients and optimizer state" in full
 
 
 if ENGINE == "jax":  # JAX shards; the other engines refuse

@@ -108,20 +108,29 @@ class Plan:
             return None
         return "nccl" if self.devices[0].startswith("cuda") else "gloo"
 
-    def describe(self, reason=True):
-        """The plan line; `reason`: with why (left out where a warning says it)."""
-        devices = ", ".join(self.devices)
-        placed = ""
-        if self.placements:
-            placed = " placements=[" + ", ".join(
-                f"{call} -> {device}" for call, device in self.placements) + "]"
+    def _placed(self):
+        if not self.placements:
+            return ""
+        return " placements=[" + ", ".join(
+            f"{call} -> {device}" for call, device in self.placements) + "]"
+
+    def line(self):
+        """The plan line said as training starts: the engine, the strategy and
+        the devices (the threads and the reason too: describe())."""
+        where = "" if self.environment == NO_ENVIRONMENT else f" environment={self.environment}"
+        return (f"plan: backend={self.backend} strategy={self.strategy} "
+                f"replicas={self.num_replicas} processes={self.num_processes}{where} "
+                f"devices=[{', '.join(self.devices)}]{self._placed()}")
+
+    def describe(self):
+        """The plan in full, with the threads, the job and why (`agnostic
+        info`, and the "agnostic" logger at DEBUG)."""
         threads = f" threads={self.threads_reason}" if self.threads_reason else ""
         return (
             f"plan: backend={self.backend} strategy={self.strategy} "
             f"replicas={self.num_replicas} processes={self.num_processes}{threads} "
-            f"environment={self.environment} devices=[{devices}]{placed}"
-            + (f": {self.reason}" if reason else " (why: the SingleDeviceWarning below)")
-        )
+            f"environment={self.environment} devices=[{', '.join(self.devices)}]"
+            f"{self._placed()}: {self.reason}")
 
 
 def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bool = False,

@@ -48,8 +48,11 @@ def announce(plan):
     if plan.process_id != 0:
         return
     _visible()
-    # One device: the warning says why, once.
-    logger.info(plan.describe(reason=not plan.fallback_warning))
+    # Short: the engine, the strategy and the devices. Why, and the threads,
+    # at DEBUG; one device's warning says why, once.
+    why = " (why: the SingleDeviceWarning below)" if plan.fallback_warning else ""
+    logger.info(plan.line() + why)
+    logger.debug("the plan in full: %s", plan.describe())
     if plan.fallback_warning:
         warnings.warn(plan.fallback_warning, errors.SingleDeviceWarning, stacklevel=3)
     if plan.placement_warning:

@@ -345,9 +345,11 @@ def test_the_plan_line_is_visible_by_default(setup, variables, shown):
                             capture_output=True, text=True, timeout=120, cwd=ROOT,
                             env=dict(os.environ, **variables))
     assert result.returncode == 0, result.stderr
-    line = ("plan: backend=jax strategy=jax-data-parallel replicas=2 processes=1 "
-            "environment=none devices=[cpu:0, cpu:1]: 2 simulated CPU devices.")
+    # Short: the engine, the strategy, the devices; the reason is at DEBUG.
+    line = "plan: backend=jax strategy=jax-data-parallel replicas=2 processes=1 " \
+        "devices=[cpu:0, cpu:1]\n"
     assert result.stderr.count(line) == (1 if shown else 0), result.stderr
+    assert "2 simulated CPU devices." not in result.stderr
     assert "devices=[cpu:0]:" not in result.stderr  # process 1 says nothing
     if shown and not setup:
         assert result.stderr.startswith("agnostic: plan: backend=jax"), result.stderr

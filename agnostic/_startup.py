@@ -139,6 +139,14 @@ def started_by_hook():
     return bool(getattr(sys.modules.get("_agnostic_hook"), "IMPORTING", None))
 
 
+def engine_spec(name, path=None, target=None):
+    """The set-up finder's answer as engine `name` is imported, for a
+    start-up hook of an earlier release, which calls this by name (today's
+    finds the finder in sys.meta_path itself)."""
+    hook = next((f for f in sys.meta_path if isinstance(f, _AfterImport)), None)
+    return None if hook is None else hook.find_spec(name, path, target)
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs an engine's set-up right after its top module has executed. The
     start-up hook finds it in sys.meta_path by AGNOSTIC_SET_UP."""

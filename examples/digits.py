@@ -10,8 +10,10 @@ agnostic says its plan once, on standard error (AGNOSTIC_QUIET=1 silences it).
 """
 import os
 
-# TensorFlow's own start-up messages (oneDNN, CPU instructions): not this
-# program's business. Remove the line to see them.
+# TensorFlow's notice about CPU instructions: not this program's business.
+# (TensorFlow 2.21 prints its oneDNN notice twice as it is imported, whatever
+# this variable says; TF_ENABLE_ONEDNN_OPTS=0 silences it by turning oneDNN
+# off.) Remove the line to see the notice.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402  (after the variable above)

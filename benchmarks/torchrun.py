@@ -13,8 +13,11 @@ its ratio to the first is what chance alone gives. The four alternate (each
 repeat rotates the order, so that going first favours none); each run's
 median step time after its first epoch (a warm-up) is rank 0's; the report
 gives each way's median over repeats and the median and spread of its
-per-repeat ratio to that repeat's torchrun run. The user's OMP_NUM_THREADS is removed first: what is
-measured is what each starter chooses when the user chose nothing.
+per-repeat ratio to that repeat's torchrun run. The wall time of each whole
+command (start to exit: the interpreters' imports, the join, the training)
+is measured too, and compared the same way. The user's OMP_NUM_THREADS is
+removed first: what is measured is what each starter chooses when the user
+chose nothing.
 
     python benchmarks/torchrun.py                # a few minutes
     python benchmarks/torchrun.py --smoke        # checks it runs
@@ -26,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -89,12 +93,29 @@ def run(way, options, folder):
                PYTHONPATH=common.ROOT + os.pathsep + env.get("PYTHONPATH", ""))
     if way == "shim":
         env["AGNOSTIC_CPU_DEVICES"] = str(options.processes)
+    began = time.monotonic()
     done = subprocess.run(command(way, options, result), env=env, cwd=common.ROOT,
                           capture_output=True, text=True, timeout=1800)
+    wall = time.monotonic() - began
     if done.returncode != 0:
         raise RuntimeError(f"{way} failed:\n{done.stderr[-4000:]}")
     with open(result) as handle:
-        return json.load(handle)
+        return dict(json.load(handle), wall_s=wall)
+
+
+def row(way, runs):
+    """One way's figures: step and wall time, medians over the repeats, and
+    the per-repeat ratios to that repeat's torchrun run."""
+    found = {"way": way, "threads": runs[way][0]["threads"],
+             "processes": runs[way][0]["processes"]}
+    for key, prefix in (("ms_per_step", ""), ("wall_s", "wall_")):
+        times = [r[key] for r in runs[way]]
+        ratios = [t / r[key] for t, r in zip(times, runs["torchrun"])]
+        found[key] = common.median(times)
+        found[prefix + "min"], found[prefix + "max"] = min(times), max(times)
+        found[prefix + "ratio"] = common.median(ratios)
+        found[prefix + "ratio_min"], found[prefix + "ratio_max"] = min(ratios), max(ratios)
+    return found
 
 
 def main(argv=None):
@@ -124,23 +145,17 @@ def main(argv=None):
                 print(f"{way}: {runs[way][-1]}", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    reference = [r["ms_per_step"] for r in runs["torchrun"]]
-    rows = []
-    for way in WAYS:
-        times = [r["ms_per_step"] for r in runs[way]]
-        ratios = [t / r for t, r in zip(times, reference)]
-        rows.append({"way": way, "ms_per_step": common.median(times), "min": min(times),
-                     "max": max(times), "ratio": common.median(ratios),
-                     "ratio_min": min(ratios), "ratio_max": max(ratios),
-                     "threads": runs[way][0]["threads"],
-                     "processes": runs[way][0]["processes"]})
-    table = ["| started by | processes | torch threads per process | ms/step (median) | "
-             "spread (min-max) | ratio to torchrun, per repeat: median (min-max) |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for row in rows:
-        table.append(f"| {row['way']} | {row['processes']} | {row['threads']} | "
-                     f"{row['ms_per_step']:.1f} | {row['min']:.1f}-{row['max']:.1f} | "
-                     f"{row['ratio']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}) |")
+    rows = [row(way, runs) for way in WAYS]
+    table = ["| started by | processes | threads | ms/step | spread | ratio to torchrun "
+             "| wall s | spread | wall ratio to torchrun |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        table.append(
+            f"| {r['way']} | {r['processes']} | {r['threads']} | {r['ms_per_step']:.1f} | "
+            f"{r['min']:.1f}-{r['max']:.1f} | {r['ratio']:.2f} ({r['ratio_min']:.2f}-"
+            f"{r['ratio_max']:.2f}) | {r['wall_s']:.1f} | {r['wall_min']:.1f}-"
+            f"{r['wall_max']:.1f} | {r['wall_ratio']:.2f} ({r['wall_ratio_min']:.2f}-"
+            f"{r['wall_ratio_max']:.2f}) |")
     common.write(options.out, "torchrun", {"settings": vars(options), "rows": rows},
                  "\n".join(table))
     print("\n".join(table))

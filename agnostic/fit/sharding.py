@@ -13,8 +13,7 @@ import sys
 
 import numpy as np
 
-from agnostic import errors
-from agnostic import batching
+from agnostic import batching, errors
 from agnostic.compat import shuffle_order
 
 

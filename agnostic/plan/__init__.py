@@ -2,9 +2,8 @@
 import dataclasses
 from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
-from agnostic import _startup, cluster
+from agnostic import _startup, cluster, errors
 from agnostic import devices as devices_lib
-from agnostic import errors
 from agnostic.plan import per_process, placement, shards
 from agnostic.plan.per_process import PROCESS_PER_DEVICE
 from agnostic.plan.request import check_gpus_type, whole_numbers

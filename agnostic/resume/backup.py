@@ -29,8 +29,7 @@ import os
 import shutil
 import tempfile
 
-from agnostic import errors
-from agnostic import collectives
+from agnostic import collectives, errors
 from agnostic.resume import checkpoints, preemption, restore
 from agnostic.compat import keras_fit
 

@@ -10,8 +10,9 @@ step being trained finishes; after each step the processes combine their
 a signal may reach them at different steps; torch's runs during the next
 step, so that it costs no time; JAX's and TensorFlow's, which block, run
 every BLOCKING_EVERY steps), so all stop after the same step: on one
-process the one that ends as the signal arrives, on several a few later. BackupAndRestore, where the script uses it, writes its backup at that
-step (epoch and step), and the process exits with status 128 + the signal's
+process the one that ends as the signal arrives, on several a few later.
+BackupAndRestore, where the script uses it, writes its backup at that step
+(epoch and step), and the process exits with status 128 + the signal's
 number (143 for SIGTERM), as a shell reports a process ended by it: SLURM,
 Kubernetes and torchrun read it as a failure to restart from. The rerun
 resumes at that step (see agnostic/compat/fit_resume.py).
@@ -22,8 +23,7 @@ import signal
 import threading
 import warnings
 
-from agnostic import errors
-from agnostic import methods
+from agnostic import errors, methods
 
 logger = logging.getLogger("agnostic")
 
@@ -275,8 +275,9 @@ def stopping():
 def _agreement():
     """(`agree`, the calls between two agreements). `agree(flag)` is the
     engine's all-reduce of one small integer over every process: the
-    largest (a signal's number) where any process caught one, else 0. torch's runs during the next step and answers then (for the
-    previous step's flags); `agree(None)` only ends the one running."""
+    largest (a signal's number) where any process caught one, else 0.
+    torch's runs during the next step and answers then (for the previous
+    step's flags); `agree(None)` only ends the one running."""
     import keras
 
     backend = keras.backend.backend()

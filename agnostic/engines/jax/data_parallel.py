@@ -6,8 +6,7 @@ global batch, and JAX's one program computes on the whole batch.
 """
 import contextlib
 
-from agnostic import devices, errors
-from agnostic import collectives, methods
+from agnostic import collectives, devices, errors, methods
 from agnostic.fit import in_place, pipeline
 from agnostic.compat import jax_uneven_batches, keras_variables
 from agnostic.strategies import base

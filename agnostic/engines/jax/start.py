@@ -31,7 +31,8 @@ def join(jax, environment):
     local_devices = None
     if environment.local_world_size > 1:
         local_devices = [environment.local_rank]  # several processes per node
-    seconds, size, rank = cluster_lib.join_seconds_at_start(), environment.world_size, environment.rank
+    seconds = cluster_lib.join_seconds_at_start()
+    size, rank = environment.world_size, environment.rank
     coordinator = listen.host_port(environment.coordinator, environment.engine_port)
     options = {}
     if rank == 0 and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):

@@ -3,8 +3,7 @@
 trains under the strategy itself."""
 import contextlib
 
-from agnostic import errors
-from agnostic import methods
+from agnostic import errors, methods
 from agnostic.fit import batch_norm, global_batch, in_place
 from agnostic.compat import (keras_variables, step_logs, tf_central_metrics, tf_first_batch,
                              tf_gradients, tf_on_batch)

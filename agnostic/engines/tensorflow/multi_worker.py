@@ -4,8 +4,7 @@ and the places where Keras's fit (3.13-3.16) needs help under it.
 """
 import warnings
 
-from agnostic import errors
-from agnostic import collectives
+from agnostic import collectives, errors
 from agnostic.fit import pipeline
 from agnostic.compat import tf_worker_logs
 from agnostic.engines.tensorflow import distribute, start

@@ -50,8 +50,8 @@ def join(tf, environment):
                 if missing else f"Every worker's port answers ({', '.join(workers)}), but "
                 "not every worker joined. ") +
             "Start every worker (or use `agnostic launch`, which starts them together), "
-            f"check the addresses and that their ports are open, or set {cluster_lib.JOIN_VARIABLE} "
-            "to wait longer.")
+            "check the addresses and that their ports are open, or set "
+            f"{cluster_lib.JOIN_VARIABLE} to wait longer.")
 
     stop = watchdog.start(seconds, message)
     try:

@@ -6,9 +6,9 @@ everywhere (broadcast from rank 0), a shard of each global batch per process,
 gradients averaged by torch's DistributedDataParallel while backward runs,
 each share weighted by its rows (engines.torch.gradients), and what each
 process computes from its rows combined (engines.torch.combined). The job
-itself is joined once per process (engines.torch.join). Keras 3.16 does the averaging and the metrics
-itself (compat.torch_keras_ddp), and agnostic adds only the weights. Only the
-chief prints or writes files.
+itself is joined once per process (engines.torch.join). Keras 3.16 does the
+averaging and the metrics itself (compat.torch_keras_ddp), and agnostic adds
+only the weights. Only the chief prints or writes files.
 """
 import logging
 

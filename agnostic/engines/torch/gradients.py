@@ -5,8 +5,7 @@ Used by engines.torch.ddp (and torch-device-parallel, through it).
 """
 import logging
 
-from agnostic import errors
-from agnostic import batching, methods
+from agnostic import batching, errors, methods
 from agnostic.fit import in_place
 from agnostic.compat import torch_empty_share, torch_keras_ddp, torch_variables
 from agnostic.engines.torch import reduce

@@ -23,8 +23,7 @@ whole gradients first (compat/optimizer_slices.py).
 """
 import contextlib
 
-from agnostic import errors
-from agnostic import methods
+from agnostic import errors, methods
 from agnostic.compat import optimizer_slices
 
 # Fewer values than this: updated whole, by every process.

@@ -10,8 +10,7 @@ gathering is agnostic's, at each variable's read.
 """
 import contextlib
 
-from agnostic import errors
-from agnostic import methods
+from agnostic import errors, methods
 from agnostic.engines.torch import ddp, optimizer_shards, weight_shards
 
 

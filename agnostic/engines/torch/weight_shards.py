@@ -31,8 +31,7 @@ back.
 import contextlib
 import weakref
 
-from agnostic import errors
-from agnostic import methods
+from agnostic import errors, methods
 from agnostic.compat import torch_variables
 from agnostic.engines.torch import optimizer_shards as shards
 

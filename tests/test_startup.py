@@ -238,8 +238,8 @@ DEVICES = {
 # Reports whether the engine joined a job, without naming agnostic itself.
 JOINED = {
     "tensorflow": "import json, sys, tensorflow\n"
-                  "hook = sys.modules.get('agnostic._startup')\n"
-                  "print(json.dumps({'joined': bool(hook and hook.TF_WORKERS)}))\n",
+                  "hook = sys.modules.get('agnostic.engines.tensorflow.start')\n"
+                  "print(json.dumps({'joined': bool(hook and hook.WORKERS)}))\n",
     "jax": "import json, jax\n"
            "print(json.dumps({'joined': jax.process_count() > 1"
            " or jax.distributed.is_initialized()}))\n",
@@ -348,9 +348,9 @@ def test_variables_set_after_start_up_join_at_the_programs_first_use(tmp_path):
         "import json, os, sys\n"
         f"import {ENGINE}\n"
         "started = 'agnostic' in sys.modules\n"
-        "hook = sys.modules.get('agnostic._startup')\n"
+        "hook = sys.modules.get('agnostic.engines.tensorflow.start')\n"
         "print(json.dumps({'imported_with_the_engine': started,\n"
-        "                  'joined': bool(hook and hook.TF_WORKERS)}), flush=True)\n"
+        "                  'joined': bool(hook and hook.WORKERS)}), flush=True)\n"
         f"os.environ.update({late_job_variables()!r})\n"
         "from agnostic import resolve\n"
         + ("import jax\njax.devices()\n" if ENGINE == "jax" else "")

@@ -49,7 +49,8 @@ def test_two_nodes_train_like_one_device(tmp_path):
     assert len(lines) == 1  # the chief alone prints
     result = json.loads(lines[0])
     assert result["num_replicas"] == REPLICAS
-    assert f"process 0 of {2 if ENGINE == 'jax' else REPLICAS}" in result["logs"][0]
+    processes = 2 if ENGINE == "jax" else REPLICAS
+    assert f"processes={processes} environment=agnostic-launch" in result["logs"][0]
     assert result["model_vs_reference"] < 1e-5
     np.testing.assert_allclose(*result["loss"], atol=1e-3)
     np.testing.assert_allclose(*result["evaluate"], atol=1e-5)

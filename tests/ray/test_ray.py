@@ -122,7 +122,8 @@ def check_joined(probes, engine):
         assert (plan["num_processes"], plan["process_id"]) == (WORKERS, rank), plan
         assert plan["num_replicas"] == WORKERS, plan
         assert probe["warnings"] == []  # no SingleDeviceWarning, nothing else
-    assert any(f"process 0 of {WORKERS}" in line for line in probes[0]["logs"])
+    assert any(line.startswith("plan:") and f"processes={WORKERS} environment=" in line
+               for line in probes[0]["logs"]), probes[0]["logs"]
     assert probes[1]["logs"] == []  # the chief alone logs the plan
 
 

@@ -17,6 +17,7 @@ from agnostic.errors import (
     CompatError,
     CpuDevicesWarning,
     DeviceRequestError,
+    EngineMissingWarning,
     EngineUnavailableError,
     LaunchError,
     ModelCopyError,
@@ -43,6 +44,7 @@ __all__ = [
     "CompatError",
     "CpuDevicesWarning",
     "DeviceRequestError",
+    "EngineMissingWarning",
     "EngineUnavailableError",
     "LaunchError",
     "ModelCopyError",
@@ -64,6 +66,25 @@ __all__ = [
 ]
 
 
+def _say_a_missing_engine():
+    """Names a missing engine before Keras's import fails on it: where a
+    program imports agnostic first, its first line of output says the fix
+    (not for `agnostic info`, which says it in its report)."""
+    import os
+    import sys
+    import warnings
+
+    from agnostic import devices
+
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(main, "name", "") == "agnostic.__main__" or \
+            os.path.basename(sys.argv[0] if sys.argv else "") in ("agnostic", "keras-agnostic"):
+        return
+    missing = devices.missing_engine()
+    if missing:
+        warnings.warn(missing, EngineMissingWarning, stacklevel=2)
+
+
 if _startup.started_by_hook():
     # The start-up hook imports agnostic as the engine is imported, in a
     # program that names agnostic. The program's own use is its first name
@@ -81,3 +102,4 @@ if _startup.started_by_hook():
     _startup.install()
 else:
     _startup.install(imported=True)
+    _say_a_missing_engine()

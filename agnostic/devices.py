@@ -194,6 +194,24 @@ def current_backend():
     return keras.backend.backend()
 
 
+def missing_engine(environ=None):
+    """Why Keras's import will fail, or None: the engine it will pick is not
+    installed (Keras then stops with "No module named ..."). Found without
+    importing Keras or the engine; None where Keras itself is missing (the
+    program's import says that plainly) or the engine is not one of these."""
+    name, source = backend_source(environ)
+    if name not in ("tensorflow", "jax", "torch", "mxnet"):
+        return None
+    if importlib.util.find_spec("keras") is None or importlib.util.find_spec(name) is not None:
+        return None
+    installed = [e for e in ("tensorflow", "jax", "torch", "mxnet")
+                 if importlib.util.find_spec(e) is not None]
+    switch = (f"or choose an installed one, e.g. KERAS_BACKEND={installed[0]} (installed: "
+              f"{', '.join(installed)})" if installed else "e.g. `pip install jax`")
+    return (f"Keras's engine is {name} ({source}), which is not installed, so importing "
+            f"Keras will fail with \"No module named '{name}'\". Install {name}, {switch}.")
+
+
 def backend_source(environ=None):
     """The engine Keras will pick and where that comes from: KERAS_BACKEND,
     the keras.json file Keras reads, or Keras's default."""

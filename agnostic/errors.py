@@ -86,3 +86,9 @@ class ShardWarning(UserWarning):
 
 class PreemptedWarning(UserWarning):
     """Training stopped on a preempting signal with nothing saved to resume from."""
+
+
+class EngineMissingWarning(UserWarning):
+    """At `import agnostic`: the engine Keras will pick is not installed, so
+    Keras's own import is about to fail (said with where the name came from
+    and the fix)."""

@@ -16,11 +16,12 @@ import os
 # off.) Remove the line to see the notice.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402  (after the variable above)
+# agnostic first: where the engine Keras will pick is not installed, it says
+# so, and how to choose another, before Keras's import fails on it.
+import agnostic  # noqa: E402  (after the variable above)
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
-
-import agnostic  # noqa: E402
 
 digits = load_digits()
 order = np.random.default_rng(0).permutation(len(digits.target))

@@ -63,3 +63,37 @@ def test_the_test_environments_engines_are_compiled_to_bytecode():
             missing.append(f"{name} ({origin})")
     assert not missing, (f"no bytecode beside {missing} in {sys.prefix}: install with "
                          "`UV_COMPILE_BYTECODE=1` (uv) or pip")
+
+
+def test_a_missing_engine_is_named_at_import_before_keras_fails(tmp_path):
+    # The engine Keras would pick is one this environment lacks (each engine's
+    # environment lacks the others): `import agnostic` first says so, with
+    # the fix, before Keras's own import fails on it.
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("keras") is None:
+        pytest.skip("Keras is not installed here: its own import says what is missing")
+    absent = [e for e in ("tensorflow", "jax", "torch") if importlib.util.find_spec(e) is None]
+    if not absent:
+        pytest.skip("every engine is installed here: none can be missing")
+    code = ("import json, warnings\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    import agnostic\n"
+            "print(json.dumps([(type(w.message).__name__, str(w.message)) for w in caught]))")
+    said = run_python(code, env={"KERAS_BACKEND": absent[0], "KERAS_HOME": str(tmp_path)})
+    (kind, message), = said
+    assert kind == "EngineMissingWarning"
+    assert (f"Keras's engine is {absent[0]} (from KERAS_BACKEND), which is not installed, "
+            f"so importing Keras will fail with \"No module named '{absent[0]}'\"") in message
+    installed = [e for e in ("tensorflow", "jax", "torch", "mxnet")
+                 if importlib.util.find_spec(e) is not None]
+    if installed:
+        assert f"e.g. KERAS_BACKEND={installed[0]}" in message
+    # An installed engine says nothing.
+    if installed and installed[0] != "mxnet":
+        quiet = run_python(code, env={"KERAS_BACKEND": installed[0],
+                                      "KERAS_HOME": str(tmp_path)})
+        assert quiet == []

@@ -156,24 +156,32 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self):
         self.values = {}  # engine module name -> its CPU split (0: none)
         self.pending = set()
+        self.finding = set()  # names being looked up in the other finders
 
     def find_spec(self, name, path=None, target=None):
-        if name not in self.pending:
+        # Asked without an import too (importlib.util.find_spec): the set-up
+        # stays pending until the engine's module is executed, once.
+        if name not in self.pending or name in self.finding:
             return None
-        self.pending.discard(name)
-        spec = None
-        for finder in sys.meta_path:
-            if finder is not self and hasattr(finder, "find_spec"):
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    break
+        self.finding.add(name)
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is not self and hasattr(finder, "find_spec"):
+                    spec = finder.find_spec(name, path, target)
+                    if spec is not None:
+                        break
+        finally:
+            self.finding.discard(name)
         if spec is None or spec.loader is None:
             return spec
         execute = spec.loader.exec_module
 
         def exec_module(module):
             execute(module)
-            _apply(name, module, self.values[name])
+            if name in self.pending:
+                self.pending.discard(name)
+                _apply(name, module, self.values[name])
 
         spec.loader.exec_module = exec_module
         return spec

@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import json
 import os
+import sys
 from typing import Sequence, Tuple
 
 from agnostic import errors
@@ -202,7 +203,8 @@ def missing_engine(environ=None):
     name, source = backend_source(environ)
     if name not in ("tensorflow", "jax", "torch", "mxnet"):
         return None
-    if importlib.util.find_spec("keras") is None or importlib.util.find_spec(name) is not None:
+    if name in sys.modules or importlib.util.find_spec("keras") is None or \
+            importlib.util.find_spec(name) is not None:
         return None
     installed = [e for e in ("tensorflow", "jax", "torch", "mxnet")
                  if importlib.util.find_spec(e) is not None]

@@ -235,6 +235,19 @@ DEVICES = {
                   "devices = len(tf.config.list_logical_devices('CPU'))\n",
     "jax": "import jax\ndevices = jax.device_count()\n",
 }.get(ENGINE, "")
+@only_splitting_engines
+def test_a_lookup_of_the_engine_before_its_import_keeps_the_set_up():
+    # importlib.util.find_spec asks the import machinery without importing
+    # (agnostic's own check for a missing engine does, as Keras's optional
+    # imports do): the CPU split must still happen at the real import.
+    code = ("import importlib.util, json, agnostic\n"
+            f"assert importlib.util.find_spec({ENGINE!r}) is not None\n"
+            + DEVICES + "print(json.dumps({'devices': devices}))\n")
+    result = python(["-c", code], AGNOSTIC_CPU_DEVICES="4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"devices": 4}
+
+
 # Reports whether the engine joined a job, without naming agnostic itself.
 JOINED = {
     "tensorflow": "import json, sys, tensorflow\n"

@@ -240,6 +240,7 @@ def test_a_lookup_of_the_engine_before_its_import_keeps_the_set_up():
     # importlib.util.find_spec asks the import machinery without importing
     # (agnostic's own check for a missing engine does, as Keras's optional
     # imports do): the CPU split must still happen at the real import.
+    engine_or_skip()
     code = ("import importlib.util, json, agnostic\n"
             f"assert importlib.util.find_spec({ENGINE!r}) is not None\n"
             + DEVICES + "print(json.dumps({'devices': devices}))\n")

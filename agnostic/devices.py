@@ -183,11 +183,7 @@ def current_backend():
     try:
         keras = importlib.import_module("keras")
     except (ImportError, ValueError) as error:  # keras-mxnet: ValueError
-        installed = [e for e in ("tensorflow", "jax", "torch", "mxnet")
-                     if importlib.util.find_spec(e) is not None]
-        switch = (f"or choose an installed one, e.g. KERAS_BACKEND={installed[0]} (installed: "
-                  f"{', '.join(installed)})" if installed else
-                  "e.g. `pip install keras jax`")
+        switch = _another_engine("e.g. `pip install keras jax`")
         raise errors.EngineUnavailableError(
             f"Keras is installed, and its engine is {name} ({source}), which cannot be "
             f"imported: {error}. Install {name}, {switch}."
@@ -206,12 +202,20 @@ def missing_engine(environ=None):
     if name in sys.modules or importlib.util.find_spec("keras") is None or \
             importlib.util.find_spec(name) is not None:
         return None
-    installed = [e for e in ("tensorflow", "jax", "torch", "mxnet")
-                 if importlib.util.find_spec(e) is not None]
-    switch = (f"or choose an installed one, e.g. KERAS_BACKEND={installed[0]} (installed: "
-              f"{', '.join(installed)})" if installed else "e.g. `pip install jax`")
+    switch = _another_engine("e.g. `pip install jax`")
     return (f"Keras's engine is {name} ({source}), which is not installed, so importing "
             f"Keras will fail with \"No module named '{name}'\". Install {name}, {switch}.")
+
+
+def _another_engine(otherwise):
+    """The advice's second half: an installed engine to choose instead, or
+    `otherwise` where none is installed."""
+    installed = [e for e in ("tensorflow", "jax", "torch", "mxnet")
+                 if importlib.util.find_spec(e) is not None]
+    if not installed:
+        return otherwise
+    return (f"or choose an installed one, e.g. KERAS_BACKEND={installed[0]} (installed: "
+            f"{', '.join(installed)})")
 
 
 def backend_source(environ=None):

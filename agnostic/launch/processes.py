@@ -13,10 +13,10 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 
-from agnostic.cluster import listen
 from agnostic.resume import preemption
 
 logger = logging.getLogger("agnostic")
@@ -64,7 +64,11 @@ def free_ports(count):
     sockets = []
     try:
         for _ in range(count):
-            sockets.append(listen.bound("", 0, listen=False))
+            # Not cluster.listen.bound: without SO_REUSEADDR, so that the
+            # kernel never hands two of these sockets the same port.
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probe.bind(("", 0))
+            sockets.append(probe)
         return tuple(s.getsockname()[1] for s in sockets)
     finally:
         for probe in sockets:

@@ -70,15 +70,11 @@ def _say_a_missing_engine():
     """Names a missing engine before Keras's import fails on it: where a
     program imports agnostic first, its first line of output says the fix
     (not for `agnostic info`, which says it in its report)."""
-    import os
-    import sys
     import warnings
 
     from agnostic import devices
 
-    main = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if getattr(main, "name", "") == "agnostic.__main__" or \
-            os.path.basename(sys.argv[0] if sys.argv else "") in ("agnostic", "keras-agnostic"):
+    if _startup.agnostic_itself():
         return
     missing = devices.missing_engine()
     if missing:

@@ -31,6 +31,7 @@ message, by resolve() and backend_agnostic_compile.
 """
 import importlib
 import importlib.abc
+import logging
 import os
 import sys
 import warnings
@@ -50,19 +51,18 @@ JOIN_FLAG = "AGNOSTIC_JOIN"
 
 
 def check_variables(environ=None):
-    """Raises LaunchError for a value of AGNOSTIC_JOIN, AGNOSTIC_JOIN_SECONDS
-    or AGNOSTIC_STALL_SECONDS that means nothing (at start-up they fall back
+    """Raises LaunchError for a value of AGNOSTIC_JOIN, AGNOSTIC_JOIN_SECONDS,
+    AGNOSTIC_STALL_SECONDS or AGNOSTIC_START_EARLY that means nothing (at start-up they fall back
     to their defaults, since nothing can be raised there)."""
     environ = os.environ if environ is None else environ
-    flag = environ.get(JOIN_FLAG, "").strip()
-    if flag not in ("", "0", "1"):
-        raise errors.LaunchError(
-            f"{JOIN_FLAG} must be 1 (join the scheduler's job even when the main "
-            "script does not name agnostic) or 0 (never join); unset, programs that "
-            f"use agnostic join. Received: {JOIN_FLAG}={flag!r}"
-        )
+    cluster_lib.switch(environ, JOIN_FLAG, "join the scheduler's job even when the main "
+                       "script does not name agnostic", "never join",
+                       unset="programs that use agnostic join")
     stalls.stall_seconds(environ)
     cluster_lib.join_seconds(environ)
+    from agnostic.launch import early
+
+    early.setting(environ)
 
 
 # Each engine's set-up is in its folder, agnostic/engines/<engine>/start.py,
@@ -94,6 +94,8 @@ def _apply(name, module, count):
                 errors.CpuDevicesWarning,
                 stacklevel=2,
             )
+    if name == "torch":
+        start_early(module)  # where the GPUs are counted
     # Only Keras's engine joins: a library may import another engine too,
     # whose runtime would take the coordinator's port.
     environment = job()
@@ -131,6 +133,51 @@ def main_names_agnostic():
     imports agnostic: read from its source, since it may import the engine
     before agnostic."""
     return start_hook.names_agnostic()
+
+
+def agnostic_itself():
+    """Whether the program is agnostic's own command (`agnostic info`)."""
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(main, "name", "") == "agnostic.__main__" or \
+        os.path.basename(sys.argv[0] if sys.argv else "") in ("agnostic", "keras-agnostic")
+
+
+def _starts_early():
+    """Whether this process is to start the shim's torch workers before
+    the compile line (launch/early.py): a torch program whose main script
+    names agnostic, not in a job, not agnostic's own command, not a
+    process started to wait. A bad setting is said at the compile line."""
+    try:
+        if devices_lib.configured_backend() != "torch" or job() is not None:
+            return False
+        if start_hook.in_a_child_process() or agnostic_itself() or not main_names_agnostic():
+            return False
+        from agnostic.launch import early, processes
+
+        if not early.setting() or early.PIPE_VARIABLE in os.environ:
+            return False
+        processes.script_command()  # a LaunchError where it is no script
+        return True
+    except Exception:
+        return False
+
+
+def start_early(torch=None):
+    """Starts the shim's torch workers to wait, as torch is imported, when
+    this process will be rank 0 of a job on several devices: the CPU split's
+    count, else the GPUs `torch` (once imported) sees."""
+    try:
+        if not _starts_early():
+            return
+        from agnostic.launch import early
+
+        count = devices_lib.requested_cpu_devices()
+        if count < 2 and torch is not None and torch.cuda.is_available():
+            count = torch.cuda.device_count()
+        if count >= 2:
+            early.start(count)
+    except Exception as error:  # the workers start at the compile line, as without it
+        logging.getLogger("agnostic").debug("agnostic: no early start: %s", error)
 
 
 def started_by_hook():
@@ -178,6 +225,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         execute = spec.loader.exec_module
 
         def exec_module(module):
+            if name == "torch" and name in self.pending:
+                start_early()  # beside this process's import, where it can
             execute(module)
             if name in self.pending:
                 self.pending.discard(name)
@@ -220,6 +269,10 @@ def install(imported=False):
     if os.environ.get("AGNOSTIC_WARNINGS") == "log":  # where the hook did not run
         _warnings_to_log()
     values = _wanted()
+    if "torch" in sys.modules:
+        start_early(sys.modules["torch"])
+    elif _starts_early():  # as torch is imported
+        values.setdefault("torch", 0)
     if not values:
         return
     hook = next((f for f in sys.meta_path if isinstance(f, _AfterImport)), None)

@@ -1,15 +1,17 @@
 """torch's processes started by the shim against the same script under torchrun.
 
 The digits classifier of examples/digits.py (scikit-learn's digits, Keras on
-torch) trains on N CPU processes three ways, each in fresh processes:
+torch) trains on N CPU processes four ways, each in fresh processes:
 
 - shim: `python script.py` with AGNOSTIC_CPU_DEVICES=N (the shim starts the
-  other processes itself);
+  other processes itself, as torch is imported: docs/processes.md);
+- shim at compile: the same with AGNOSTIC_START_EARLY=0 (the other processes
+  started at backend_agnostic_compile);
 - launch: `agnostic launch --standalone --nproc-per-node N script.py`;
 - torchrun: `torchrun --standalone --nproc-per-node N script.py`.
 
 A second torchrun run in each repeat ("torchrun again") is the noise floor:
-its ratio to the first is what chance alone gives. The four alternate (each
+its ratio to the first is what chance alone gives. The five alternate (each
 repeat rotates the order, so that going first favours none); each run's
 median step time after its first epoch (a warm-up) is rank 0's; the report
 gives each way's median over repeats and the median and spread of its
@@ -35,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
-WAYS = ("shim", "launch", "torchrun", "torchrun again")
+WAYS = ("shim", "shim at compile", "launch", "torchrun", "torchrun again")
 
 
 def child(options):
@@ -76,7 +78,7 @@ def command(way, options, result):
                  "--epochs", str(options.epochs), "--width", str(options.width),
                  "--copies", str(options.copies)]
     n = str(options.processes)
-    if way == "shim":
+    if way.startswith("shim"):
         return [sys.executable] + arguments
     if way == "launch":
         return [sys.executable, "-m", "agnostic", "launch", "--standalone",
@@ -91,8 +93,10 @@ def run(way, options, folder):
            if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "AGNOSTIC_CPU_DEVICES")}
     env.update(KERAS_BACKEND="torch", TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=common.ROOT + os.pathsep + env.get("PYTHONPATH", ""))
-    if way == "shim":
+    if way.startswith("shim"):
         env["AGNOSTIC_CPU_DEVICES"] = str(options.processes)
+    if way == "shim at compile":  # its other processes started there, not early
+        env["AGNOSTIC_START_EARLY"] = "0"
     began = time.monotonic()
     done = subprocess.run(command(way, options, result), env=env, cwd=common.ROOT,
                           capture_output=True, text=True, timeout=1800)
@@ -156,7 +160,9 @@ def main(argv=None):
             f"{r['ratio_max']:.2f}) | {r['wall_s']:.1f} | {r['wall_min']:.1f}-"
             f"{r['wall_max']:.1f} | {r['wall_ratio']:.2f} ({r['wall_ratio_min']:.2f}-"
             f"{r['wall_ratio_max']:.2f}) |")
-    common.write(options.out, "torchrun", {"settings": vars(options), "rows": rows},
+    # The job's settings (not where this run wrote, which is this machine's).
+    settings = {k: v for k, v in vars(options).items() if k not in ("child", "result", "out")}
+    common.write(options.out, "torchrun", {"settings": settings, "rows": rows},
                  "\n".join(table))
     print("\n".join(table))
     return 0

@@ -381,3 +381,27 @@ def test_variables_set_after_start_up_join_at_the_programs_first_use(tmp_path):
     if ENGINE == "tensorflow":
         for words in ("TensorFlow worker 1 of 2", "from tf-config", "within 4 s"):
             assert words in result.stderr
+
+
+def test_an_early_start_counts_the_cpu_split_else_the_gpus_torch_sees(monkeypatch):
+    # A GPU count cannot exist here: torch is a stand-in that reports 8 GPUs.
+    from agnostic import _startup
+    from agnostic.launch import early
+
+    started = []
+    monkeypatch.setattr(_startup, "_starts_early", lambda: True)
+    monkeypatch.setattr(early, "start", started.append)
+    gpus = type("Cuda", (), {"is_available": staticmethod(lambda: True),
+                             "device_count": staticmethod(lambda: 8)})
+    torch = type("Torch", (), {"cuda": gpus})
+    monkeypatch.delenv("AGNOSTIC_CPU_DEVICES", raising=False)
+    _startup.start_early()  # as torch's import begins: nothing to count yet
+    assert started == []
+    _startup.start_early(torch)  # once imported: its GPUs
+    assert started == [8]
+    monkeypatch.setenv("AGNOSTIC_CPU_DEVICES", "3")
+    _startup.start_early()
+    assert started == [8, 3]
+    monkeypatch.setattr(_startup, "_starts_early", lambda: False)
+    _startup.start_early(torch)
+    assert started == [8, 3]

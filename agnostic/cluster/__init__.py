@@ -150,6 +150,17 @@ def join_seconds_at_start():
         return JOIN_SECONDS
 
 
+def switch(environ, name, one, zero, unset=""):
+    """`name`'s value: "" (unset), "0" or "1"; a LaunchError that says what
+    1 and 0 mean (and unset, where given) for any other value."""
+    value = environ.get(name, "").strip()
+    if value not in ("", "0", "1"):
+        said = f"; unset, {unset}" if unset else ""
+        raise errors.LaunchError(
+            f"{name} must be 1 ({one}) or 0 ({zero}){said}. Received: {name}={value!r}")
+    return value
+
+
 def seconds(environ, name, default, meaning, error=errors.LaunchError):
     """`environ[name]` as a number of seconds, 0 or more, else `default`
     where it is unset; or `error` saying `meaning` (what the seconds are,

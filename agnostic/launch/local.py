@@ -29,7 +29,7 @@ import time
 
 from agnostic import cluster, devices, errors
 from agnostic.resume import preemption
-from agnostic.launch import failures, heartbeat, output, processes, stalls
+from agnostic.launch import early, failures, heartbeat, output, processes, stalls
 
 logger = logging.getLogger("agnostic")
 POLL_SECONDS = 0.2
@@ -74,24 +74,6 @@ def report_failures(rank):
         failures.install(rank, lambda failure: failures.write(folder, failure))
 
 
-def script_command():
-    """The command that re-runs this script with its arguments."""
-    import __main__
-
-    spec = getattr(__main__, "__spec__", None)
-    if spec is not None and spec.name not in ("__main__", None):
-        return [sys.executable, "-m", spec.name] + sys.argv[1:]
-    script = sys.argv[0] if sys.argv else ""
-    if not script or script == "-c" or not os.path.exists(script):
-        raise errors.LaunchError(
-            "agnostic starts one process per device by running your script "
-            "again, but this Python was not started from a script file "
-            f"(sys.argv[0]={script!r}). Run it as `python train.py`, or start "
-            "the processes yourself with `torchrun --nproc-per-node N train.py`."
-        )
-    return [sys.executable, os.path.abspath(script)] + sys.argv[1:]
-
-
 def exit_seconds():
     """How long rank 0 waits for its workers after it ended: AGNOSTIC_EXIT_SECONDS,
     else EXIT_WAIT_SECONDS; a clear error for a value that is not a number >= 0."""
@@ -99,14 +81,6 @@ def exit_seconds():
         os.environ, EXIT_VARIABLE, EXIT_WAIT_SECONDS,
         f"how long rank 0 waits for its workers after it ended (default {EXIT_WAIT_SECONDS})",
         error=errors.PreemptionSettingError)
-
-
-def _duplicate(descriptor):
-    """A copy of `descriptor` (None when this process has none)."""
-    try:
-        return os.dup(descriptor)
-    except OSError:
-        return None
 
 
 def forward(signum, send=True):
@@ -124,21 +98,28 @@ class Workers:
         self.group = cluster.Environment(
             "agnostic", world_size, 0, local_rank=local_ranks[0], coordinator="127.0.0.1",
             port=processes.free_port(), started_by_scheduler=False, local_world_size=world_size)
-        command = script_command()
+        command = processes.script_command()
         self.exit_seconds = exit_seconds()
         self.stall_seconds = stalls.stall_seconds()
         preemption.signals()  # a bad AGNOSTIC_PREEMPT_SIGNAL: said before any start
         self.preempted = 0  # the signal that preempted the run, once one did
         self._exiting = False  # rank 0 has ended: wait() runs
         self.reports = tempfile.mkdtemp(prefix="agnostic-failures-")
-        chosen = output.Output()  # torchrun's default: the shim takes no flags
-        self.logs = output.Folder(chosen)  # named at the end, if kept
         ranks = [(rank, local_ranks[rank]) for rank in range(1, world_size)]
-        self.streams = output.Streams(chosen, self.logs.path)
+        # Started as torch was imported, where they were (launch/early.py).
+        waiting = early.take(world_size)
+        if waiting is not None:
+            waiting.stop_unused(range(1, world_size))
+            self.logs, self.streams = waiting.logs, waiting.streams
+            launcher_stderr = waiting.launcher_stderr
+        else:
+            chosen = output.Output()  # torchrun's default: the shim takes no flags
+            self.logs = output.Folder(chosen)  # named at the end, if kept
+            self.streams = output.Streams(chosen, self.logs.path)
+            # Rank 0's standard error, for a worker to say why it ended a
+            # stalled rank 0, whose own output is stopped with it (launch/stalls.py).
+            launcher_stderr = processes.duplicate(2) if self.stall_seconds else None
         self.processes = processes.Processes(finished=self.reports)
-        # Rank 0's standard error, for a worker to say why it ended a
-        # stalled rank 0, whose own output is stopped with it (launch/stalls.py).
-        launcher_stderr = _duplicate(2) if self.stall_seconds else None
         for rank, local_rank in ranks:
             environment = dict(os.environ)
             environment.update(
@@ -158,11 +139,12 @@ class Workers:
                 environment[stalls.FOLDER_VARIABLE] = self.reports
             if launcher_stderr is not None:
                 environment[stalls.LAUNCHER_STDERR] = str(launcher_stderr)
-            self.processes.add(rank, self.streams.popen(
+            started = waiting.go(rank, environment, command) if waiting else None
+            self.processes.add(rank, started or self.streams.popen(
                 rank, local_rank, command, env=environment, stdin=subprocess.DEVNULL,
                 preexec_fn=processes.die_with_parent,
                 pass_fds=() if launcher_stderr is None else (launcher_stderr,)))
-        if launcher_stderr is not None:
+        if launcher_stderr is not None and waiting is None:
             os.close(launcher_stderr)
         self.watch = None
         if self.stall_seconds:

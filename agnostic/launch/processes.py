@@ -15,8 +15,10 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
+from agnostic import errors
 from agnostic.resume import preemption
 
 logger = logging.getLogger("agnostic")
@@ -52,6 +54,32 @@ def die_with_parent():
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+
+
+def script_command():
+    """The command that re-runs this script with its arguments."""
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    if spec is not None and spec.name not in ("__main__", None):
+        return [sys.executable, "-m", spec.name] + sys.argv[1:]
+    script = sys.argv[0] if sys.argv else ""
+    if not script or script == "-c" or not os.path.exists(script):
+        raise errors.LaunchError(
+            "agnostic starts one process per device by running your script "
+            "again, but this Python was not started from a script file "
+            f"(sys.argv[0]={script!r}). Run it as `python train.py`, or start "
+            "the processes yourself with `torchrun --nproc-per-node N train.py`."
+        )
+    return [sys.executable, os.path.abspath(script)] + sys.argv[1:]
+
+
+def duplicate(descriptor):
+    """A copy of `descriptor` (None when this process has none)."""
+    try:
+        return os.dup(descriptor)
+    except OSError:
+        return None
 
 
 def exit_status(code):

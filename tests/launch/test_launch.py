@@ -60,7 +60,7 @@ def test_relaunch_needs_a_script(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["-c"])  # as `python -c "..."` leaves it
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)
     with pytest.raises(errors.LaunchError, match=r"not started from a script file .*`torchrun --nproc-per-node N"):
-        local.script_command()
+        processes.script_command()
 
 
 def test_rank_zero_must_use_the_first_gpu():

@@ -195,6 +195,7 @@ def test_whole_numbers_of_other_libraries_mean_what_ints_mean():
     ("AGNOSTIC_JOIN", "yes", "AGNOSTIC_JOIN must be 1 (join"),
     ("AGNOSTIC_JOIN_SECONDS", "0", "AGNOSTIC_JOIN_SECONDS must be a whole number of seconds"),
     ("AGNOSTIC_JOIN_SECONDS", "1m", "Received: AGNOSTIC_JOIN_SECONDS='1m'"),
+    ("AGNOSTIC_START_EARLY", "yes", "AGNOSTIC_START_EARLY must be 1 (start the other"),
 ])
 def test_resolve_names_a_bad_variable_before_anything(monkeypatch, name, value, message):
     # Read at start-up, where nothing can be raised, they fall back to their

@@ -121,7 +121,7 @@ class Waiting:
         message = {"command": command, "environment": environment, "directory": os.getcwd()}
         try:
             with os.fdopen(write, "wb") as pipe:
-                pipe.write(json.dumps(message).encode())
+                pipe.write(json.dumps(message).encode() + b"\n")  # one line
         except OSError:  # it ended meanwhile: its status says why, as a worker's
             pass
         return self.by_rank[rank]

@@ -16,9 +16,12 @@ from agnostic.launch import early
 
 
 def _message(descriptor):
+    """Rank 0's message: one line (not to the pipe's end, which a process
+    rank 0 forked meanwhile, a data loader's worker, may hold open too);
+    None once the pipe is closed without one."""
     with os.fdopen(descriptor, "rb") as pipe:
-        data = pipe.read()
-    return json.loads(data.decode()) if data else None
+        line = pipe.readline()
+    return json.loads(line.decode()) if line.endswith(b"\n") else None
 
 
 def _imported_otherwise(environment):

@@ -7,7 +7,9 @@ to wait, its __name__ and arguments, and, in rank 0, when it reached the
 compile line, the processes it started that are still alive there, and the
 weights it trained. MODE: `set-after-import` sets a variable Keras reads as
 it is imported after the engine's import; `raise` makes rank 1 fail before
-the compile line; `no-compile` never calls backend_agnostic_compile.
+the compile line; `no-compile` never calls backend_agnostic_compile; `fork`:
+rank 0 forks a process (as a data loader's workers are) before the compile
+line, which lives until the training has ended.
 """
 import json
 import os
@@ -49,6 +51,13 @@ def children():
     return found
 
 
+if MODE == "fork" and RANK == 0:  # a process forked before the compile line
+    import multiprocessing
+    import time
+
+    holder = multiprocessing.get_context("fork").Process(target=time.sleep, args=(600,),
+                                                         daemon=True)
+    holder.start()
 if MODE == "set-after-import":
     os.environ["KERAS_EARLY_START_TEST"] = "1"
 if MODE == "raise" and RANK == 1:
@@ -67,5 +76,7 @@ else:
     record["children"] = children()
     model.fit(x, y, batch_size=models.BATCH, epochs=models.EPOCHS, shuffle=False, verbose=0)
     record["weights"] = [w.tolist() for w in model.get_weights()]
+if MODE == "fork" and RANK == 0:
+    holder.terminate()
 with open(os.path.join(FOLDER, f"rank_{RANK}.json"), "w") as handle:
     json.dump(record, handle)

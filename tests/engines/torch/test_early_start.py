@@ -98,3 +98,12 @@ def test_a_worker_failing_before_the_compile_line_is_named_with_its_own_tracebac
     assert "[rank1]: ValueError: a mistake in rank 1's script" in shown
     assert any(SCRIPT in line for line in shown)
     assert not any("runpy" in line or "waiting.py" in line for line in shown), shown
+
+
+def test_a_process_forked_before_the_compile_line_holds_no_worker_back(tmp_path):
+    # The fork holds a copy of every pipe rank 0 had open, its waiting
+    # workers' too: a worker reading its message to the pipe's end would
+    # wait for the fork, which waits for the training.
+    result, records = run(tmp_path, 2, "fork", AGNOSTIC_JOIN_SECONDS="60")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(records) == [0, 1] and records[1]["waited"]

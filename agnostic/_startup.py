@@ -167,10 +167,10 @@ def start_early(torch=None):
     this process will be rank 0 of a job on several devices: the CPU split's
     count, else the GPUs `torch` (once imported) sees."""
     try:
-        if not _starts_early():
-            return
         from agnostic.launch import early
 
+        if early.tried() or not _starts_early():  # decided once started
+            return
         count = devices_lib.requested_cpu_devices()
         if count < 2 and torch is not None and torch.cuda.is_available():
             count = torch.cuda.device_count()

@@ -10,7 +10,6 @@ from agnostic.plan import log, shards
 from agnostic import methods
 from agnostic.fit import in_place
 from agnostic.compat import versions
-from agnostic.launch import early
 
 if TYPE_CHECKING:  # for type checkers only: importing agnostic imports no engine
     import keras
@@ -91,6 +90,8 @@ def backend_agnostic_compile(
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     log.announce(plan)
     if not plan.starts_processes:  # those started early wait for nothing
+        from agnostic.launch import early  # not at `import agnostic`
+
         early.dismiss()
     if plan.relocation_unused:
         warnings.warn(

@@ -48,6 +48,11 @@ def setting(environ=None):
         "imported, the default", "start them at backend_agnostic_compile") != "0"
 
 
+def tried():
+    """Whether this process has started its workers early already (once)."""
+    return bool(_tried)
+
+
 def start(count):
     """Starts the processes of ranks 1..count-1 to wait, once per process."""
     if _tried or count < 2:
@@ -67,7 +72,7 @@ def take(world_size):
                      "they are started again.", waiting.count - 1, world_size - 1)
         waiting.dismiss()
         return None
-    waiting.taken = True
+    atexit.unregister(waiting.dismiss)  # the workers' launcher owns them now
     return waiting
 
 
@@ -89,7 +94,6 @@ class Waiting:
         self.output = output.Output()  # torchrun's default: the shim takes no flags
         self.logs = output.Folder(self.output)
         self.streams = output.Streams(self.output, self.logs.path)
-        self.taken = False  # handed over to the workers' launcher
         self.pipes = {}  # rank -> the write end of its pipe
         self.by_rank = {}
         command = [sys.executable, "-m", "agnostic.launch.waiting"]
@@ -114,10 +118,8 @@ class Waiting:
 
     def go(self, rank, environment, command):
         """Rank `rank`'s process, told to run `command` (the script's, as a
-        worker starts) with `environment`; None where none waits for it."""
-        write = self.pipes.pop(rank, None)
-        if write is None:
-            return None
+        worker starts) with `environment`."""
+        write = self.pipes.pop(rank)
         message = {"command": command, "environment": environment, "directory": os.getcwd()}
         try:
             with os.fdopen(write, "wb") as pipe:
@@ -137,9 +139,8 @@ class Waiting:
 
     def dismiss(self):
         """Stops every process that still waits, closes their output and
-        removes their log folder (empty: they ran nothing)."""
-        if self.taken:  # the workers' launcher owns them
-            return
+        removes their log folder (empty: they ran nothing); once."""
+        atexit.unregister(self.dismiss)
         self.stop_unused(())
         self.streams.close()
         self.logs.finish()

@@ -139,8 +139,10 @@ class Workers:
                 environment[stalls.FOLDER_VARIABLE] = self.reports
             if launcher_stderr is not None:
                 environment[stalls.LAUNCHER_STDERR] = str(launcher_stderr)
-            started = waiting.go(rank, environment, command) if waiting else None
-            self.processes.add(rank, started or self.streams.popen(
+            if waiting is not None:
+                self.processes.add(rank, waiting.go(rank, environment, command))
+                continue
+            self.processes.add(rank, self.streams.popen(
                 rank, local_rank, command, env=environment, stdin=subprocess.DEVNULL,
                 preexec_fn=processes.die_with_parent,
                 pass_fds=() if launcher_stderr is None else (launcher_stderr,)))

@@ -9,12 +9,14 @@ AGNOSTIC_LISTEN_ADDR chooses the address instead (0.0.0.0 or :: for every
 interface, only on a network you trust); `agnostic launch` sets it from its
 --listen-addr.
 """
+import dataclasses
 import ipaddress
 import logging
 import os
 import select
 import socket
 import time
+from typing import Optional
 
 from agnostic import errors
 
@@ -22,42 +24,74 @@ LISTEN_VARIABLE = "AGNOSTIC_LISTEN_ADDR"
 logger = logging.getLogger("agnostic")
 
 
-def local_address(host, variable):
-    """The address of this machine to listen on for the coordinator `host`
-    (named by the environment variable `variable`), as text."""
-    chosen = os.environ.get(LISTEN_VARIABLE, "").strip()
-    if chosen:
-        host, variable = chosen.strip("[]"), LISTEN_VARIABLE
+@dataclasses.dataclass(frozen=True)
+class Named:
+    """An address to listen on as the user named it, for the choice and the
+    messages: `who` listens ("Rank 0"), at the coordinator `host` named by
+    `host_name` (a variable, or an option of the command line), unless
+    `listen` (named by `listen_name`) chooses the address; `route`: a name of
+    no address of this machine (a service address in front of it) is
+    listened for on this machine's address on the route to it."""
+    who: str
+    host: str
+    host_name: str
+    listen: Optional[str] = None
+    listen_name: str = LISTEN_VARIABLE
+    port_fix: str = "Choose a free one, e.g. with MASTER_PORT."
+    route: bool = True
+
+    @property
+    def received(self):
+        said = f"{self.host_name} {self.host}" if self.host_name.startswith("-") else \
+            f"{self.host_name}={self.host}"
+        if self.listen:
+            joint = " " if self.listen_name.startswith("-") else "="
+            said += f", {self.listen_name}{joint}{self.listen}"
+        return said
+
+
+def rank_0(group):
+    """How rank 0 of `group` (a cluster.Environment) names the address its
+    engine listens on (torch's store, JAX's coordinator)."""
+    name = {"kubeflow-jaxjob": "COORDINATOR_ADDRESS", "agnostic": "the launcher's address",
+            "slurm": "the first node of SLURM_JOB_NODELIST"}.get(group.name, "MASTER_ADDR")
+    return Named("Rank 0", group.coordinator, name,
+                 os.environ.get(LISTEN_VARIABLE, "").strip() or None)
+
+
+def local_address(named):
+    """The address of this machine to listen on for `named` (a `Named`), as
+    text; LaunchError saying why there is none."""
+    wanted = named.listen.strip("[]") if named.listen else named.host
     try:
-        found = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
+        found = socket.getaddrinfo(wanted, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as error:
         raise errors.LaunchError(
-            f"Rank 0 cannot resolve the coordinator's address {host!r} ({error}), where "
-            f"it would listen. Expected this machine's name or address. Received: "
-            f"{variable}={host}") from error
+            f"{named.who} cannot resolve {wanted!r} ({error}), the address it would "
+            f"listen on. Expected this machine's name or address, reachable from every "
+            f"process of the job. Received: {named.received}") from error
     addresses = []
     for _, _, _, _, address in found:
         if address[0] not in addresses:
             addresses.append(address[0])
             if held(address[0], 0) is None:
-                if not chosen and is_loopback(address[0]) and not _names_loopback(host):
+                if not named.listen and is_loopback(address[0]) and \
+                        not _names_loopback(named.host):
                     logger.warning(
-                        "agnostic: the coordinator %s (%s) is %s on this machine, a loopback "
-                        "address: only this machine's processes can join there. Set %s to "
-                        "the address the other machines reach.", host, variable,
-                        address[0], variable)
+                        "agnostic: %s is %s on this machine, a loopback address: only "
+                        "this machine's processes can reach %s there. Give the address "
+                        "the other machines reach, or %s.", named.received, address[0],
+                        named.who.lower(), named.listen_name)
                 return address[0]
-    if chosen:
-        raise errors.LaunchError(
-            f"{LISTEN_VARIABLE} must be an address of this machine (rank 0's), or 0.0.0.0 "
-            f"for every interface. Received: {LISTEN_VARIABLE}={chosen}")
-    route = _route_to(addresses[0]) if addresses else None
+    route = _route_to(addresses[0]) if named.route and addresses and not named.listen \
+        else None
     if route is None or held(route, 0) is not None:
         raise errors.LaunchError(
-            f"Rank 0 cannot listen at the coordinator's address {host} "
-            f"({', '.join(addresses)}): not an address of this machine. Start rank 0 "
-            f"on {host}, or set {LISTEN_VARIABLE} to this machine's address. Received: "
-            f"{variable}={host}")
+            f"{named.who} cannot listen on {wanted} ({', '.join(addresses)}): not an "
+            f"address of this machine. Start {named.who.lower()} on the machine at "
+            f"{named.host}, or choose with {named.listen_name} this machine's address "
+            "that the others reach (0.0.0.0 listens on every interface: only on a "
+            f"network you trust). Received: {named.received}")
     return route
 
 
@@ -81,17 +115,17 @@ def bound(address, port, listen=True):
     return listener
 
 
-def listen_socket(host, port, variable):
-    """A listening TCP socket on this machine's address for `host`."""
-    address = local_address(host, variable)
+def listen_socket(named, port):
+    """A listening TCP socket on port `port` of this machine's address for
+    `named` (a `Named`): the one place agnostic chooses where to listen."""
+    address = local_address(named)
     try:
-        listener = bound(address, port)
+        return bound(address, port)
     except OSError as error:
         raise errors.LaunchError(
-            f"Rank 0 cannot listen on {address}:{port} ({error}): the port is taken or "
-            f"not allowed. Choose a free one, e.g. with MASTER_PORT. Received: "
-            f"{variable}={host}, port {port}") from error
-    return listener
+            f"{named.who} cannot listen on port {port} at {address} ({error}): the port "
+            f"is in use or not allowed. {named.port_fix} Received: {named.received}, "
+            f"port {port}") from error
 
 
 def held(address, port):

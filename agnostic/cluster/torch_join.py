@@ -34,7 +34,7 @@ def store(group, seconds):
     began = time.monotonic()
     try:
         if rank == 0 and not agent:
-            listener = listen.listen_socket(host, port, _variable(group))
+            listener = listen.listen_socket(listen.rank_0(group), port)
             _LISTENERS.append(listener)
             made = dist.TCPStore(host, port, size, True, timeout, wait_for_workers=False,
                                  master_listen_fd=listener.fileno(), use_libuv=True)
@@ -104,11 +104,6 @@ def _outcome(made, prefix, group, seconds, began):
 def _ranks(missing):
     shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
     return f"Rank {shown}" if len(missing) == 1 else f"Ranks {shown}"
-
-
-def _variable(group):
-    return {"kubeflow-jaxjob": "COORDINATOR_ADDRESS", "agnostic": "the launcher's address",
-            "slurm": "the first node of SLURM_JOB_NODELIST"}.get(group.name, "MASTER_ADDR")
 
 
 def _first_line(error):

@@ -32,7 +32,6 @@ from agnostic.resume import preemption
 from agnostic.launch import early, failures, heartbeat, output, processes, stalls
 
 logger = logging.getLogger("agnostic")
-POLL_SECONDS = 0.2
 # After rank 0 ends, how long the workers (which run the same script in step
 # with it, and may still be writing) may take to end before they are stopped.
 EXIT_WAIT_SECONDS = 120
@@ -119,7 +118,7 @@ class Workers:
             # Rank 0's standard error, for a worker to say why it ended a
             # stalled rank 0, whose own output is stopped with it (launch/stalls.py).
             launcher_stderr = processes.duplicate(2) if self.stall_seconds else None
-        self.processes = processes.Processes(finished=self.reports)
+        self.processes = processes.Processes(self.reports, self.stall_seconds)
         for rank, local_rank in ranks:
             environment = dict(os.environ)
             environment.update(
@@ -148,11 +147,8 @@ class Workers:
                 pass_fds=() if launcher_stderr is None else (launcher_stderr,)))
         if launcher_stderr is not None and waiting is None:
             os.close(launcher_stderr)
-        self.watch = None
-        if self.stall_seconds:
+        if self.stall_seconds:  # rank 0's beats, for the workers to watch
             heartbeat.Beat(self.reports, 0, self.stall_seconds)  # its folder is new: no error
-            self.watch = heartbeat.Watch(self.reports, self.stall_seconds,
-                                         set(self.processes.by_rank))
         self._own_failure = None  # rank 0's uncaught exception
         self._ended = threading.Lock()  # one thread ends the group
         self._done = False  # every worker ended well: nothing left to watch
@@ -204,7 +200,7 @@ class Workers:
             settled = len(found) == len(self.processes) + 1
             if settled or (own_seen and time.monotonic() - own_seen > OWN_FAILURE_WAIT):
                 return found
-            time.sleep(POLL_SECONDS / 4)
+            time.sleep(processes.POLL_SECONDS / 4)
         return self._failures()
 
     def _end_in_failure(self):
@@ -245,27 +241,20 @@ class Workers:
         return f"{who} exited with status {code}" if code is not None else f"{who} failed"
 
     def _watch(self):
-        while True:
-            self._end_a_silent_worker()
-            # A worker preempted ends after the step every process stops at:
-            # rank 0 stops there too (it may still be writing the backup).
-            if self.processes.failed(self.preempted) is not None:
-                with self._ended:
-                    if self._done:  # wait() found every worker ended well
-                        return
-                    self._end_in_failure()
-            if self.processes.ended():
-                return
-            time.sleep(POLL_SECONDS)
-
-    def _end_a_silent_worker(self):
-        """A worker that stopped answering is ended, its report saying why."""
-        silent = self.watch.silent() if self.watch else None
-        if silent is None or self.processes.code(silent.rank) is not None:
+        # A worker preempted ends after the step every process stops at:
+        # rank 0 stops there too (it may still be writing the backup).
+        outcome = self.processes.supervise(lambda: self.preempted, self._report_silent)
+        if outcome.kind == "ended":
             return
+        with self._ended:
+            if self._done:  # wait() found every worker ended well
+                return
+            self._end_in_failure()
+
+    def _report_silent(self, silent):
+        """A worker that stopped answering is ended, its report saying why."""
         failures.write(self.reports, failures.Failure(
             silent.rank, True, silent.summary(self.stall_seconds), time=time.time()))
-        self.processes.by_rank[silent.rank].kill()  # a stopped process takes no other
 
     def wait(self):
         """At rank 0's exit: wait for the workers, exit with their status."""
@@ -285,7 +274,7 @@ class Workers:
                     self.exit_seconds, EXIT_VARIABLE)
                 stopped = True
                 break
-            time.sleep(POLL_SECONDS)
+            time.sleep(processes.POLL_SECONDS)
         with self._ended:
             if self.processes.failed(self.preempted) is not None:
                 self._end_in_failure()

@@ -23,7 +23,7 @@ import time
 from agnostic import devices
 from agnostic.resume import preemption
 from agnostic.cluster.listen import host_port
-from agnostic.launch import heartbeat, output, processes, rendezvous, secret, stalls
+from agnostic.launch import output, processes, rendezvous, secret, stalls
 from agnostic.launch.address import JAX_PORT_OFFSET, TORCH_PORT_OFFSET
 from agnostic.launch.settings import check_command
 
@@ -171,10 +171,7 @@ def _supervise(start, count, first_rank, party, node_rank, finished=None, stall=
     A process silent for `stall` seconds (its heartbeats in `finished`) is
     ended and named, as a failure (launch/stalls.py)."""
     links = rendezvous.links_of(party) if party is not None else []
-    caught, started = [], processes.Processes(finished)
-    watch = None
-    if finished and stall:
-        watch = heartbeat.Watch(finished, stall, set(range(first_rank, first_rank + count)))
+    caught, started = [], processes.Processes(finished, stall)
 
     def forward(signum, frame):
         caught.append(signum)
@@ -186,36 +183,33 @@ def _supervise(start, count, first_rank, party, node_rank, finished=None, stall=
             started.add(first_rank + local_rank, start(local_rank))
             if caught:  # it came before this one was in the list
                 started.send(caught[0], [first_rank + local_rank])
-        while True:
-            done = started.ended()  # before the failures: every end is seen
-            silent = watch.silent() if watch else None
-            if silent is not None and started.code(silent.rank) is None:
-                started.by_rank[silent.rank].kill()  # a stopped process takes no other
-                message = (f"worker process {silent.pid} (rank {silent.rank}, node "
-                           f"{node_rank}) {silent.summary(stall)}")
-                _tell(links, message)
-                started.stop()
-                return 1, message
-            rank = started.failed(caught[0] if caught else None)
-            if rank is not None:
-                message = (f"worker process {started.by_rank[rank].pid} (rank {rank}, "
-                           f"node {node_rank}) exited with status {started.code(rank)}")
-                _tell(links, message)
-                started.stop()
-                return processes.exit_status(started.code(rank)), message
-            if done:  # none failed
-                _tell(links, None)
-                ended = [code for code in map(started.code, started.by_rank) if code != 0]
-                if caught or ended:
-                    return preemption.status(caught[0] if caught else _signal_of(ended[0])), None
-                return 0, None
-            notice = _listen(links, timeout=0.2)
-            if notice:
-                if isinstance(party, rendezvous.Leader):
-                    _tell(links, notice)
-                logger.error("agnostic: %s; stopping this node's processes.", notice)
-                started.stop()
-                return 1, None
+        outcome = started.supervise(lambda: caught[0] if caught else None,
+                                    wait=lambda seconds: _listen(links, seconds))
+        if outcome.kind == "notice":
+            if isinstance(party, rendezvous.Leader):
+                _tell(links, outcome.notice)
+            logger.error("agnostic: %s; stopping this node's processes.", outcome.notice)
+            started.stop()
+            return 1, None
+        if outcome.kind == "ended":  # none failed
+            _tell(links, None)
+            ended = [code for code in map(started.code, started.by_rank) if code != 0]
+            if caught or ended:
+                return preemption.status(caught[0] if caught else _signal_of(ended[0])), None
+            return 0, None
+        pid = started.by_rank[outcome.rank].pid
+        if outcome.kind == "silent":
+            message = (f"worker process {pid} (rank {outcome.rank}, node {node_rank}) "
+                       f"{outcome.silent.summary(stall)}")
+            status = 1
+        else:
+            status = started.code(outcome.rank)
+            message = (f"worker process {pid} (rank {outcome.rank}, node {node_rank}) "
+                       f"exited with status {status}")
+            status = processes.exit_status(status)
+        _tell(links, message)
+        started.stop()
+        return status, message
     except KeyboardInterrupt:
         started.send(signal.SIGINT)
         _tell(links, f"node {node_rank} was interrupted")

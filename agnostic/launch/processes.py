@@ -1,7 +1,9 @@
 """The processes a launcher starts on its machine, for both launchers (the
 shim's rank 0, launch/local.py, and `agnostic launch`, launch/nodes.py): started
 so that the kernel ends them when their launcher dies, their ends counted by
-one rule, signals passed on, and stopped (SIGTERM, then SIGKILL after a grace).
+one rule, watched by one supervisor until one fails, stops beating or all
+end (Processes.supervise; each launcher reacts in its own way), signals passed
+on, and stopped (SIGTERM, then SIGKILL after a grace).
 
 The rule: a status other than 0 is a failure, unless it is a preempted
 process's (the run was preempted: agnostic/resume/preemption.py), or the process was
@@ -10,6 +12,7 @@ killed by a signal after it said it had done its work and left its group
 gloo threads can still abort a process (a known torch problem), not training.
 """
 import ctypes
+import dataclasses
 import logging
 import os
 import signal
@@ -17,12 +20,15 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Optional
 
 from agnostic import errors
+from agnostic.launch import heartbeat
 from agnostic.resume import preemption
 
 logger = logging.getLogger("agnostic")
 GRACE_SECONDS = 10
+POLL_SECONDS = 0.2  # between a launcher's looks at its processes
 # The folder where a launcher's processes say they have finished (the shim's
 # workers: their failure reports' folder; `agnostic launch`'s: one of this alone).
 FINISHED_VARIABLE = "AGNOSTIC_FINISHED"
@@ -107,14 +113,32 @@ def free_port():
     return free_ports(1)[0]
 
 
-class Processes:
-    """One launcher's processes by rank; `finished`: the folder where they
-    say they have finished (FINISHED_VARIABLE), or None."""
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What ended a launcher's watch (Processes.supervise): "silent" (the
+    process of `rank` stopped answering, `silent` says how long; it is
+    killed), "failed" (the first process that ended in failure), "ended"
+    (every process ended, none in failure), or "notice" (`notice`, from
+    elsewhere: another node's launcher)."""
+    kind: str
+    rank: Optional[int] = None
+    silent: object = None
+    notice: Optional[str] = None
 
-    def __init__(self, finished=None):
+
+class Processes:
+    """One launcher's processes by rank, and their supervisor: both
+    launchers start them, watch them (supervise) and react to the outcome
+    each in its own way. `finished`: the folder where they say they have
+    finished (FINISHED_VARIABLE) and beat, or None; `stall`: the seconds
+    after which a process that stopped beating is ended (0: never)."""
+
+    def __init__(self, finished=None, stall=0):
         self.by_rank = {}
         self.finished = finished
         self._after_finish = set()  # ranks killed after they had finished
+        self.stall = stall if finished else 0
+        self._watch = None  # their heartbeats, watched once they started
 
     def add(self, rank, process):
         self.by_rank[rank] = process
@@ -157,6 +181,38 @@ class Processes:
                     process.send_signal(signum)
                 except OSError:  # ended meanwhile
                     pass
+
+    def supervise(self, preempted=lambda: None, on_silent=None, wait=None):
+        """Watches the processes until something ends the watch; returns its
+        `Outcome`. `preempted()`: the signal that preempted the run, if one
+        did (its processes' ends are no failure); `on_silent(silent)` runs
+        before a silent process is killed (a stopped process takes no other);
+        `wait(seconds)` between looks: what another launcher said, else None."""
+        while True:
+            done = self.ended()  # before the failures: every end is seen
+            silent = self._silent()
+            if silent is not None:
+                if on_silent is not None:
+                    on_silent(silent)
+                self.by_rank[silent.rank].kill()
+                return Outcome("silent", silent.rank, silent=silent)
+            rank = self.failed(preempted())
+            if rank is not None:
+                return Outcome("failed", rank)
+            if done:
+                return Outcome("ended")
+            notice = wait(POLL_SECONDS) if wait else time.sleep(POLL_SECONDS)
+            if notice:
+                return Outcome("notice", notice=notice)
+
+    def _silent(self):
+        """The running process that stopped beating first, else None."""
+        if not self.stall:
+            return None
+        if self._watch is None:
+            self._watch = heartbeat.Watch(self.finished, self.stall, set(self.by_rank))
+        silent = self._watch.silent()
+        return silent if silent is not None and self.code(silent.rank) is None else None
 
     def stop(self):
         """Ends every process still running: SIGTERM, then SIGKILL after a grace."""

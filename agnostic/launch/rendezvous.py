@@ -14,8 +14,6 @@ stays silent) costs that connection and one warning: never the job, a node's
 slot, or more time than the join's bound.
 """
 import dataclasses
-import errno
-import ipaddress
 import logging
 import secrets
 import select
@@ -26,7 +24,8 @@ from typing import List, Optional, Tuple
 from agnostic import errors
 from agnostic.cluster import join_seconds
 from agnostic.launch import channel, processes
-from agnostic.cluster.listen import bound, host_port, is_loopback
+from agnostic.cluster import listen as listen_lib
+from agnostic.cluster.listen import host_port
 
 logger = logging.getLogger("agnostic")
 
@@ -59,65 +58,17 @@ class Cluster:
         return [host_port(node.host, port) for node in self.nodes for port in node.ports]
 
 
-def _is_address(host):
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def listen_socket(host, port, listen=None, nnodes=2):
-    """The socket node 0 listens on, bound to the job's own address.
-
-    With `listen` (--listen-addr) that address: 0.0.0.0 or :: for every
-    interface, only when asked for. Otherwise the master host itself: an
-    address is used as it is (127.0.0.1 stays loopback); a name is resolved
-    here, and node 0 listens on the first of its addresses that belongs to
-    this machine. A name that resolves to no address of this machine is
-    refused (the other nodes could not reach node 0 there). A name that
-    resolves to a loopback address (as /etc/hosts maps a machine's own name
-    to 127.0.1.1 on Debian) gives a listener other machines cannot reach,
-    which a warning says.
-    """
-    wanted = host if listen is None else listen
-    what = "--master-addr" if listen is None else "--listen-addr"
-    try:
-        found = socket.getaddrinfo(wanted, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as error:
-        raise errors.LaunchError(
-            f"Node 0 cannot resolve {what} {wanted!r} ({error}). Expected this machine's "
-            f"name or address, reachable from every node. Received: {what} {wanted}"
-        ) from error
-    addresses = []
-    for _, _, _, _, address in found:
-        if address in addresses:
-            continue
-        addresses.append(address)
-        try:
-            listener = bound(address, port)
-        except OSError as error:
-            if error.errno == errno.EADDRNOTAVAIL:
-                continue  # not an address of this machine
-            raise errors.LaunchError(
-                f"Node 0 cannot listen on the master port {port} at {address[0]}: "
-                f"{error}. The port is in use or not allowed; pick a free one with "
-                f"--master {host_port(host, 'PORT')} on every node."
-            ) from error
-        if (listen is None and nnodes > 1 and not _is_address(host) and host != "localhost"
-                and is_loopback(address[0])):
-            logger.warning(
-                "agnostic launch: --master-addr %s is %s on this machine, a loopback "
-                "address: only this machine can reach node 0 there. Give the address "
-                "the other nodes reach, or --listen-addr.", host, address[0])
-        return listener
-    shown = ", ".join(sorted({a[0] for a in addresses}))
-    raise errors.LaunchError(
-        f"Node 0 cannot listen on {what} {wanted} ({shown}): not an address of this "
-        f"machine. Start node 0 (--node-rank 0) on the machine at {wanted}, or give "
-        "--listen-addr with this machine's address that the other nodes reach "
-        "(0.0.0.0 listens on every interface: only on a network you trust)."
-    )
+def listen_socket(host, port, listen=None):
+    """The socket node 0 listens on, bound to the job's own address: the
+    master host, or `listen` (--listen-addr; 0.0.0.0 or :: for every
+    interface, only when asked for). A name is resolved here; one that
+    resolves to no address of this machine is refused, as the other nodes
+    could not reach node 0 there (cluster/listen.py)."""
+    named = listen_lib.Named(
+        "Node 0", host, "--master-addr", listen, "--listen-addr",
+        f"Pick a free one with --master {host_port(host, 'PORT')} on every node.",
+        route=False)
+    return listen_lib.listen_socket(named, port)
 
 
 def _peer(address):
@@ -141,7 +92,7 @@ class Leader:
         self.nnodes, self.nproc, self.host, self.secret = nnodes, nproc, host, secret
         self.links: List[channel.Link] = []
         self.ranks = {}  # Link -> rank
-        self.listener = listen_socket(host, port, listen, nnodes)
+        self.listener = listen_socket(host, port, listen)
         self.listen_host = self.listener.getsockname()[0]
         self.listener.listen(min(nnodes + MAX_WAITING, 1024))
 

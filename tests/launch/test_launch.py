@@ -108,7 +108,8 @@ def test_master_port_in_use_is_reported():
         taken.bind(("", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        with pytest.raises(errors.LaunchError, match=f"cannot listen on the master port {port}"):
+        with pytest.raises(errors.LaunchError, match=f"Node 0 cannot listen on port {port} "
+                                                     r"at 127\.0\.0\.1 .*--master 127\.0\.0\.1:PORT"):
             rendezvous.Leader("127.0.0.1", port, 2, 1, SECRET)
 
 

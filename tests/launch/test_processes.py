@@ -1,6 +1,7 @@
 """How both launchers count their processes' ends (agnostic/launch/processes.py),
 with real processes: a failure, a preempted process, one aborted after it
-finished its work, and the stop of one that ignores SIGTERM."""
+finished its work, and the stop of one that ignores SIGTERM; and the one
+supervisor that watches them for both."""
 import os
 import signal
 import subprocess
@@ -124,3 +125,47 @@ def test_a_signal_for_some_ranks_reaches_them_alone():
     assert group.by_rank[0].poll() is None
     group.stop()
     assert group.by_rank[0].poll() == -signal.SIGTERM
+
+
+def test_the_supervisor_returns_the_first_failure_the_end_or_a_notice():
+    group = processes.Processes()
+    group.add(0, start("import time; time.sleep(60)"))
+    group.add(1, start("import sys; sys.exit(3)"))
+    outcome = group.supervise()
+    assert (outcome.kind, outcome.rank) == ("failed", 1)
+    assert group.by_rank[0].poll() is None  # the launcher stops the others, not it
+    group.stop()
+    group = processes.Processes()
+    group.add(0, start("pass"))
+    assert group.supervise().kind == "ended"
+    group = processes.Processes()
+    group.add(0, start("import time; time.sleep(60)"))
+    looks = []
+
+    def wait(seconds):  # another node's launcher says something at the third look
+        looks.append(seconds)
+        return "node 1 failed" if len(looks) == 3 else None
+
+    outcome = group.supervise(wait=wait)
+    assert (outcome.kind, outcome.notice, looks) == ("notice", "node 1 failed",
+                                                     [processes.POLL_SECONDS] * 3)
+    group.stop()
+
+
+def test_the_supervisor_ends_a_process_that_stopped_beating(tmp_path):
+    beats = ("import sys, time; from agnostic.launch import heartbeat; "
+             "heartbeat.Beat(sys.argv[1], 1, 2.0); time.sleep(120)")
+    group = processes.Processes(str(tmp_path), stall=2.0)
+    child = subprocess.Popen([sys.executable, "-c", beats, str(tmp_path)],
+                             preexec_fn=processes.die_with_parent)
+    group.add(1, child)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "beat_1").exists():
+        assert child.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    child.send_signal(signal.SIGSTOP)
+    seen = []
+    outcome = group.supervise(on_silent=lambda silent: seen.append(child.poll()))
+    assert (outcome.kind, outcome.rank, outcome.silent.pid) == ("silent", 1, child.pid)
+    assert seen == [None]  # told while it still ran, then killed
+    assert child.wait(timeout=30) == -signal.SIGKILL

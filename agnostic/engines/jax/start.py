@@ -36,7 +36,7 @@ def join(jax, environment):
     coordinator = listen.host_port(environment.coordinator, environment.engine_port)
     options = {}
     if rank == 0 and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
-        address = listen.local_address(environment.coordinator, "the coordinator's address")
+        address = listen.local_address(listen.rank_0(environment))
         bind = listen.host_port(address, environment.engine_port)
         # A port another process holds, said before JAX tries it: JAX raises
         # a bare "Failed to start RPC server", or, where the holder shares

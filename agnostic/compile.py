@@ -1,4 +1,5 @@
 """backend_agnostic_compile(): resolve a plan, pick its strategy, hand over."""
+import dataclasses
 import difflib
 import inspect
 import sys
@@ -89,10 +90,6 @@ def backend_agnostic_compile(
         plan = shards.auto(plan, model, call.optimizers())
     versions.warn_if_untested(sys.modules.get("keras"), plan.backend)
     log.announce(plan)
-    if not plan.starts_processes:  # those started early wait for nothing
-        from agnostic.launch import early  # not at `import agnostic`
-
-        early.dismiss()
     if plan.relocation_unused:
         warnings.warn(
             f"cpu_relocation=True changes nothing with the {plan.strategy} "
@@ -100,7 +97,18 @@ def backend_agnostic_compile(
             "several devices of one machine.",
             UserWarning, stacklevel=2,
         )
-    strategy = strategies.get(plan.strategy)(
+    chosen = strategies.get(plan.strategy)
+    chosen.refuse(model, call)  # before any process starts
+    if plan.starts_processes:  # this process becomes rank 0 of the plan's job
+        from agnostic.launch import local  # not at `import agnostic`
+
+        plan = dataclasses.replace(plan, job=local.launch(plan.num_processes,
+                                                          plan.device_indexes))
+    else:  # those started early wait for nothing
+        from agnostic.launch import early
+
+        early.dismiss()
+    strategy = chosen(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
         sync_batch_norm=sync_batch_norm, global_view=global_view,
     )

@@ -88,9 +88,11 @@ class Plan:
     threads_reason: str = dataclasses.field(default="", compare=False, repr=False)
     # The job this process belongs to (an agnostic.cluster.Environment, found
     # once, here), or None: then the processes a strategy needs, if several,
-    # are started by agnostic (torch-ddp).
+    # are started by agnostic (torch-ddp) at the compile line, this process
+    # rank 0, each on its device index (LOCAL_RANK) of `device_indexes`.
     job: Optional[cluster.Environment] = dataclasses.field(
         default=None, compare=False, repr=False)
+    device_indexes: Tuple[int, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def starts_processes(self):
@@ -180,7 +182,7 @@ def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False,
     check_gpus_type(gpus)
     if placements and backend in placement.DEVICE_PARALLEL:
         plan = _placed(backend, listing, gpus, environment, placements, cpu_relocation)
-        return dataclasses.replace(plan, job=environment)
+        return _started_here(dataclasses.replace(plan, job=environment))
     plan = _runtime(_decide(backend, listing, gpus, environment), cpu_relocation)
     plan = per_process.threads(plan, listing, environment)
     if placements:
@@ -189,8 +191,16 @@ def decide(backend, listing, gpus=None, environment=None, cpu_relocation=False,
             f"'{backend}' has no device placement in agnostic. Use KERAS_BACKEND="
             f"{', '.join(sorted(placement.DEVICE_PARALLEL))} to place layers."))
     if environment is None:
-        return plan
+        return _started_here(plan)
     return dataclasses.replace(plan, environment=environment.name, job=environment)
+
+
+def _started_here(plan):
+    """A plan whose processes agnostic starts, with each one's device index:
+    refused now where rank 0 (this process) would not be on device 0."""
+    if not plan.starts_processes:
+        return plan
+    return dataclasses.replace(plan, device_indexes=tuple(per_process.device_indexes(plan)))
 
 
 def _placed(backend, listing, gpus, environment, placements, cpu_relocation):

@@ -57,3 +57,22 @@ def check_tasks_per_node(backend, listing, environment):
         "(SLURM: --ntasks-per-node; mpirun: -npernode), or give each process its own "
         "accelerator (SLURM: --gpus-per-task=1, or CUDA_VISIBLE_DEVICES)."
     )
+
+
+def device_indexes(plan):
+    """The device index (LOCAL_RANK) of each process the plan starts: the
+    CUDA index of each rank's (first) device; the rank itself on CPU."""
+    if not plan.devices[0].startswith("cuda"):
+        return list(range(plan.num_processes))
+    per_process = len(plan.devices) // plan.num_processes
+    indexes = [int(device.split(":")[1]) for device in plan.devices[::per_process]]
+    if indexes[0] != 0:
+        # This process is rank 0 and its model is already on cuda:0.
+        raise errors.LaunchError(
+            f"torch-ddp on {', '.join(plan.devices)}: the process that calls "
+            "backend_agnostic_compile becomes rank 0, and its model was built on "
+            "cuda:0 before the call. Include device 0 first in `gpus`, or choose "
+            "the GPUs with CUDA_VISIBLE_DEVICES (e.g. CUDA_VISIBLE_DEVICES=2,3) "
+            "and pass gpus=None."
+        )
+    return indexes

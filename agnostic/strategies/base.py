@@ -16,6 +16,11 @@ class Strategy:
         self.cpu_relocation = cpu_relocation
         self.sync_batch_norm = sync_batch_norm
 
+    @staticmethod
+    def refuse(model, call):
+        """Raises for what this strategy cannot train, before any work: no
+        process is started and nothing compiled yet."""
+
     def compile(self, model, call):
         raise NotImplementedError
 

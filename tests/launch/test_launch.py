@@ -16,7 +16,6 @@ from agnostic import errors, plan
 from agnostic.devices import DeviceListing
 from agnostic import cluster
 from agnostic.launch import local, processes
-from agnostic.engines.torch import join as torch_join
 from tests.conftest import ROOT
 
 # Starts no engine in any process (tests/conftest.py: where it runs).
@@ -64,11 +63,15 @@ def test_relaunch_needs_a_script(monkeypatch):
 
 
 def test_rank_zero_must_use_the_first_gpu():
-    on_gpus = agnostic.Plan("torch", "torch-ddp", ("cuda:2", "cuda:3"), 2, num_processes=2)
+    # The GPUs are stand-ins (a listing): this machine has none.
+    gpus_4 = DeviceListing(("cuda:0", "cuda:1", "cuda:2", "cuda:3"), "cpu:0", accelerators=True)
     with pytest.raises(errors.LaunchError, match=r"Include device 0 first .* CUDA_VISIBLE_DEVICES"):
-        torch_join.device_indexes(on_gpus)
-    ordered = agnostic.Plan("torch", "torch-ddp", ("cuda:0", "cuda:3"), 2, num_processes=2)
-    assert torch_join.device_indexes(ordered) == [0, 3]
+        plan.decide("torch", gpus_4, [2, 3])  # refused by the plan, before any start
+    assert plan.decide("torch", gpus_4, [0, 3]).device_indexes == (0, 3)
+    assert plan.decide("torch", CPUS_4, 3).device_indexes == (0, 1, 2)
+    # A scheduler's job starts its own processes, on its own devices.
+    job = cluster.Environment("torchrun", 4, 2, local_rank=2, local_world_size=4)
+    assert plan.decide("torch", gpus_4, None, job).device_indexes == ()
 
 
 # Bad cluster input: refused with a clear error well within 60 s, before any

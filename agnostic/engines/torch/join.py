@@ -1,13 +1,14 @@
 """torch's job of several processes, joined once per process for torch-ddp
-and the strategies built on it: the processes the plan starts (the calling
-process becomes rank 0), each one's threads and CUDA device, and torch's
-process group over the job's store."""
+and the strategies built on it: the scheduler's job, or the processes
+backend_agnostic_compile started (the calling process is rank 0), each
+one's threads and CUDA device, and torch's process group over the job's
+store."""
 import atexit
 import datetime
 import logging
 import sys
 
-from agnostic import cluster, errors
+from agnostic import cluster
 from agnostic.cluster import torch_join
 from agnostic.engines.torch import start
 from agnostic.launch import local, processes
@@ -24,9 +25,7 @@ def join(plan):
     import torch
     import torch.distributed as dist
 
-    group = plan.job
-    if plan.starts_processes:
-        group = local.launch(plan.num_processes, device_indexes(plan))
+    group = plan.job  # the scheduler's, or the processes compile started
     _share_the_cores(plan.threads)
     if not dist.is_initialized():
         if plan.process_group == "nccl":
@@ -67,21 +66,3 @@ def _leave_group():
             logger.debug("ending the process group at exit: %s", error)
         else:
             processes.mark_finished(rank)
-
-
-def device_indexes(plan):
-    """The CUDA index of each rank's (first) device; the rank itself on CPU."""
-    if not plan.devices[0].startswith("cuda"):
-        return list(range(plan.num_processes))
-    per_process = len(plan.devices) // plan.num_processes
-    indexes = [int(device.split(":")[1]) for device in plan.devices[::per_process]]
-    if indexes[0] != 0:
-        # This process is rank 0 and its model is already on cuda:0.
-        raise errors.LaunchError(
-            f"torch-ddp on {', '.join(plan.devices)}: the process that calls "
-            "backend_agnostic_compile becomes rank 0, and its model was built on "
-            "cuda:0 before the call. Include device 0 first in `gpus`, or choose "
-            "the GPUs with CUDA_VISIBLE_DEVICES (e.g. CUDA_VISIBLE_DEVICES=2,3) "
-            "and pass gpus=None."
-        )
-    return indexes

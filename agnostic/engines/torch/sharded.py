@@ -17,8 +17,21 @@ from agnostic.engines.torch import ddp, optimizer_shards, weight_shards
 class TorchShardedStrategy(ddp.TorchDDPStrategy):
     name = "torch-sharded"
 
+    @staticmethod
+    def refuse(model, call):
+        """Optimizers whose state cannot be split by slices (and mixed
+        precision's loss scaling)."""
+        import keras
+
+        given = call.optimizers()
+        if keras.config.dtype_policy().name == "mixed_float16":
+            given.append(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
+        for optimizer in given:
+            why = optimizer_shards.refusal(optimizer)
+            if why is not None:
+                raise _refused(optimizer, why)
+
     def compile(self, model, call):
-        _refuse_before_any_work(model, call)
         self.shards, self.weights = [], None
         model = super().compile(model, call)
         weights = self.weights
@@ -80,18 +93,6 @@ def _whole_after(weights):
         return run
 
     return wrapper
-
-
-def _refuse_before_any_work(model, call):
-    import keras
-
-    given = call.optimizers()
-    if keras.config.dtype_policy().name == "mixed_float16":
-        given.append(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
-    for optimizer in given:
-        why = optimizer_shards.refusal(optimizer)
-        if why is not None:
-            raise _refused(optimizer, why)
 
 
 def _refused(optimizer, why):

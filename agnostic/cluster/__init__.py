@@ -82,9 +82,26 @@ class Environment:
         return self.port + 1 if self.port_taken else self.port
 
 
+# What detect() found in this process's own variables, while they stay as
+# they were: the start-up hook, the plan and `agnostic info` see one Environment.
+_DETECTED = {}
+
+
 def detect(environ=None):
-    """The first environment of ORDER present in `environ`, or None."""
-    environ = os.environ if environ is None else environ
+    """The first environment of ORDER present in `environ`, or None; for
+    this process's own variables (no `environ`), detected once while they
+    stay as they were."""
+    if environ is not None:
+        return _detect(environ)
+    key = frozenset(os.environ.items())
+    if key not in _DETECTED:
+        found = _detect(os.environ)  # a bad value raises, and is said each time
+        _DETECTED.clear()
+        _DETECTED[key] = found
+    return _DETECTED[key]
+
+
+def _detect(environ):
     for module_name in ORDER:
         found = importlib.import_module(module_name).detect(environ)
         if found is not None:

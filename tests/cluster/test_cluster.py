@@ -30,6 +30,28 @@ def test_torchrun():
     assert (found.address, found.engine_port) == ("tcp://10.0.0.1:29400", 29401)
 
 
+def test_this_processs_job_is_detected_once_while_its_variables_stay(monkeypatch):
+    """The start-up hook, the plan and `agnostic info` see one Environment;
+    variables changed since (a launcher's, a test's) are read afresh."""
+    for name in [name for name in os.environ if name.startswith(("SLURM_", "OMPI_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29400")
+    first = cluster.job()
+    assert first is not None and first.rank == 1
+    assert cluster.job() is first and cluster.detect() is first
+    monkeypatch.setenv("RANK", "0")
+    again = cluster.job()
+    assert again is not first and again.rank == 0
+    monkeypatch.setenv("WORLD_SIZE", "two")  # a bad value: said, not kept
+    with pytest.raises(errors.LaunchError, match="WORLD_SIZE"):
+        cluster.detect()
+    with pytest.raises(errors.LaunchError, match="WORLD_SIZE"):
+        cluster.detect()
+
+
 def test_torchrun_on_one_node_knows_every_host():
     found = cluster.detect({
         "TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",

@@ -41,20 +41,21 @@ class TorchDDPStrategy(base.Strategy):
         reduce.broadcast([v.value for v in model.variables])
         if not batch_norm.synchronize(model, "torch", self.sync_batch_norm):
             combined.average_moving_statistics(model, group.world_size)
+        keras_ddp = torch_keras_ddp.keras_is_data_parallel(model)
         by_keras = torch_keras_ddp.keras_averages_gradients(model)
         if by_keras:
             logger.info("Keras %s trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.", keras_version())
         # Not yet where Keras 3.16 trains under DistributedDataParallel
         # itself: its processes compute on their own shares there.
-        global_view = self.global_view and not torch_keras_ddp.keras_is_data_parallel(model)
+        global_view = self.global_view and not keras_ddp
         optimizers = in_place.optimizers(model, call)
         # Before the gradients' averaging wraps the optimizers: it runs first.
         self.split_state(model, optimizers, group.rank, group.world_size)
         gradients.average(model, group.world_size, self.multi_device, optimizers, by_keras,
                           global_view)
         if not global_view:  # else every process's metrics hold the whole batch's
-            if not torch_keras_ddp.keras_is_data_parallel(model):
+            if not keras_ddp:
                 combined.aggregate_metrics(model)
             combined.global_step_logs(model)
         gradients.empty_shares(model)

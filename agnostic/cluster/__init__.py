@@ -19,7 +19,7 @@ from agnostic import errors
 ORDER = (
     "agnostic.cluster.agnostic_launch",  # sets torch's, TF's and Keras's variables too
     "agnostic.cluster.torchrun",
-    "agnostic.cluster.keras_variables",
+    "agnostic.cluster.keras_distribution",
     "agnostic.cluster.tf_config",
     "agnostic.cluster.rank_variables",
     "agnostic.cluster.slurm",

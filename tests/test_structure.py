@@ -132,3 +132,35 @@ def test_every_strategy_the_plan_names_has_a_module_of_its_own():
                 if isinstance(statement, ast.Assign)
                 and getattr(statement.targets[0], "id", None) == "name"]
         assert said == [name], target
+
+
+def room(name):
+    """The folder (agnostic.launch) or root module (agnostic._startup) that
+    holds module `name`: what the layout shows as one room."""
+    parts = name.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_folder_imports_back_up():
+    """Rooms stack: when one room imports another, nothing of the second
+    imports the first, lazily or not (a worker's entry point that needs both
+    sits above them, as agnostic/_waiting.py does)."""
+    rooms = {}
+    for name, targets in graph().items():
+        for target in targets:
+            if room(name) != room(target):
+                rooms.setdefault(room(name), {}).setdefault(room(target), []).append(
+                    f"{name} imports {target}")
+    back = []
+    for first, seconds in rooms.items():
+        for second in seconds:
+            reached, stack = set(), [second]
+            while stack:
+                here = stack.pop()
+                for there in rooms.get(here, {}):
+                    if there not in reached:
+                        reached.add(there)
+                        stack.append(there)
+            if first in reached:
+                back += seconds[second]
+    assert back == [], "\n".join(sorted(back))

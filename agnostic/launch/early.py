@@ -4,7 +4,7 @@ one process per other device (the CPU split's count, else the GPUs torch
 sees; agnostic/_startup.py decides). Each imports Keras and torch beside
 rank 0, then waits, running none of the program, until
 backend_agnostic_compile hands it its rank's variables; then it runs the
-script as a worker started there would (launch/waiting.py). Without this the
+script as a worker started there would (agnostic/_waiting.py). Without this the
 workers would begin importing only once rank 0 reached the compile line.
 
 What was started and is not needed (the plan wants fewer processes, or none,
@@ -26,11 +26,11 @@ from agnostic.launch import output, processes, stalls
 
 logger = logging.getLogger("agnostic")
 VARIABLE = "AGNOSTIC_START_EARLY"
-# The pipe a waiting process reads its rank's variables from (launch/waiting.py).
+# The pipe a waiting process reads its rank's variables from (agnostic/_waiting.py).
 PIPE_VARIABLE = "AGNOSTIC_WAITING_PIPE"
 # Variables that the engines (and Python) read as they are imported: where
 # one differs from what rank 0 hands over, the waiting process imported with
-# another value, and starts again (launch/waiting.py).
+# another value, and starts again (agnostic/_waiting.py).
 READ_AT_IMPORT = ("KERAS_", "TORCH", "PYTORCH_", "CUDA_", "NVIDIA_", "OMP_", "MKL_", "KMP_",
                   "OPENBLAS_", "LD_", "PYTHON", "TF_", "XLA_", "JAX_", "AGNOSTIC_CPU_DEVICES",
                   "AGNOSTIC_JOIN", "AGNOSTIC_WARNINGS")
@@ -96,7 +96,7 @@ class Waiting:
         self.streams = output.Streams(self.output, self.logs.path)
         self.pipes = {}  # rank -> the write end of its pipe
         self.by_rank = {}
-        command = [sys.executable, "-m", "agnostic.launch.waiting"]
+        command = [sys.executable, "-m", "agnostic._waiting"]
         for rank in range(1, count):
             read, write = os.pipe()
             environment = dict(os.environ, AGNOSTIC_WARNINGS="log")

@@ -63,7 +63,7 @@ if MODE == "set-after-import":
 if MODE == "raise" and RANK == 1:
     raise ValueError("a mistake in rank 1's script")
 record = {"pid": os.getpid(), "started": ticks_at_start(), "name": __name__,
-          "waited": "agnostic.launch.waiting" in " ".join(sys.orig_argv),
+          "waited": "agnostic._waiting" in " ".join(sys.orig_argv),
           "arguments": sys.argv[1:]}
 x, y = models.data()
 model = models.build(keras)

@@ -97,7 +97,7 @@ def test_a_worker_failing_before_the_compile_line_is_named_with_its_own_tracebac
     shown = [line for line in result.stderr.splitlines() if line.startswith("[rank1]: ")]
     assert "[rank1]: ValueError: a mistake in rank 1's script" in shown
     assert any(SCRIPT in line for line in shown)
-    assert not any("runpy" in line or "waiting.py" in line for line in shown), shown
+    assert not any("runpy" in line or "_waiting.py" in line for line in shown), shown
 
 
 def test_a_process_forked_before_the_compile_line_holds_no_worker_back(tmp_path):

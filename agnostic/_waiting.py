@@ -1,5 +1,5 @@
 """A worker started early (launch/early.py), run as `python -m
-agnostic.launch.waiting`: it imports Keras and its engine beside rank 0,
+agnostic._waiting`: it imports Keras and its engine beside rank 0,
 then waits for its rank's variables, running none of the program. Told, it
 takes them, the working folder and the command line rank 0 would have
 started it with, and runs the script (or `-m` module) as `python train.py`

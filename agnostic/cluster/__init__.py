@@ -82,23 +82,24 @@ class Environment:
         return self.port + 1 if self.port_taken else self.port
 
 
-# What detect() found in this process's own variables, while they stay as
-# they were: the start-up hook, the plan and `agnostic info` see one Environment.
-_DETECTED = {}
+# What detect() found in this process's own variables, with those variables:
+# while they stay as they were, the start-up hook, the plan and `agnostic
+# info` see one Environment.
+_detected = None
 
 
 def detect(environ=None):
     """The first environment of ORDER present in `environ`, or None; for
     this process's own variables (no `environ`), detected once while they
     stay as they were."""
+    global _detected
     if environ is not None:
         return _detect(environ)
-    key = frozenset(os.environ.items())
-    if key not in _DETECTED:
-        found = _detect(os.environ)  # a bad value raises, and is said each time
-        _DETECTED.clear()
-        _DETECTED[key] = found
-    return _DETECTED[key]
+    variables = frozenset(os.environ.items())
+    if _detected is None or _detected[0] != variables:
+        # A bad value raises here, and is said each time.
+        _detected = (variables, _detect(os.environ))
+    return _detected[1]
 
 
 def _detect(environ):

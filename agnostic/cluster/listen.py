@@ -42,12 +42,15 @@ class Named:
 
     @property
     def received(self):
-        said = f"{self.host_name} {self.host}" if self.host_name.startswith("-") else \
-            f"{self.host_name}={self.host}"
+        said = [_as_given(self.host_name, self.host)]
         if self.listen:
-            joint = " " if self.listen_name.startswith("-") else "="
-            said += f", {self.listen_name}{joint}{self.listen}"
-        return said
+            said.append(_as_given(self.listen_name, self.listen))
+        return ", ".join(said)
+
+
+def _as_given(name, value):
+    """`--option value` for an option of the command line, else `NAME=value`."""
+    return f"{name} {value}" if name.startswith("-") else f"{name}={value}"
 
 
 def rank_0(group):

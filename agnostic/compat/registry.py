@@ -16,7 +16,7 @@ from agnostic.compat import (batch_norm_moments, fit_resume, jax_joined, jax_on_
                              jax_uneven_batches, keras_fit, keras_nodes, keras_variables, layer_losses,
                              mxnet_kvstore, optimizer_slices, random_draws,
                              shuffle_order, step_logs, tf_central_metrics, tf_collective_keys,
-                             tf_collective_server, tf_first_batch, tf_gradients,
+                             tf_collective_server, tf_first_batch, tf_loss_scaling,
                              tf_on_batch, tf_worker_logs,
                              torch_empty_share, torch_keras_ddp, torch_variables, versions)
 
@@ -39,8 +39,9 @@ class Entry:
 
 
 ENTRIES = (
-    Entry("tf_gradients", "One device's loss and gradient arithmetic under agnostic's "
-          "tf.distribute strategies.", ("tensorflow",), KERAS_3, tf_gradients.probe),
+    Entry("tf_loss_scaling", "Losses left as one device computes them, and one apply "
+          "across replicas, in agnostic's tf.distribute steps.", ("tensorflow",), KERAS_3,
+          tf_loss_scaling.probe),
     Entry("tf_first_batch", "The model is built before training from the data's spec, "
           "without reading a batch.", ("tensorflow",), KERAS_3, tf_first_batch.probe),
     Entry("tf_on_batch", "train_on_batch, test_on_batch and predict_on_batch split their "

@@ -36,7 +36,7 @@ def test_the_internals_each_module_relies_on_are_there(entry):
 
 # (entry, module, attribute): an internal the entry's probe checks, per engine.
 MOVED = {
-    "tensorflow": [("tf_gradients", "keras.src.losses.loss", "scale_loss_for_distribution"),
+    "tensorflow": [("tf_loss_scaling", "keras.src.losses.loss", "scale_loss_for_distribution"),
                    ("tf_collective_server", "tensorflow.python.eager.context",
                     "Context.enable_collective_ops")],
     "jax": [("jax_uneven_batches", "keras.src.backend.jax.distribution_lib",

@@ -78,7 +78,7 @@ def test_applies_on_the_registrys_own_entries():
     assert registry.applies(by_name["shuffle_order"], "torch", "3.16.0.dev2026102704")
     assert registry.applies(by_name["mxnet_kvstore"], "mxnet", "2.2.4.3")
     assert not registry.applies(by_name["mxnet_kvstore"], "tensorflow", "3.15.1")
-    assert not registry.applies(by_name["tf_gradients"], "mxnet", "2.2.4.3")
+    assert not registry.applies(by_name["tf_loss_scaling"], "mxnet", "2.2.4.3")
 
 
 @pytest.mark.parametrize("raised", [AttributeError("type object 'Trainer' has no attribute "

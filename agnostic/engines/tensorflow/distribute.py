@@ -6,8 +6,8 @@ import contextlib
 from agnostic import errors, methods
 from agnostic.fit import batch_norm, global_batch, in_place
 from agnostic.compat import (keras_variables, step_logs, tf_central_metrics, tf_first_batch,
-                             tf_gradients, tf_on_batch)
-from agnostic.engines.tensorflow import batch_view
+                             tf_on_batch)
+from agnostic.engines.tensorflow import batch_view, gradients
 
 
 def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
@@ -24,8 +24,8 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     optimizers = in_place.optimizers(model, call)
     for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
-    tf_gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),
-                                       global_view)
+    gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),
+                                    global_view)
     step_logs.metrics_in_place(model, summed=not global_view)
     tf_central_metrics.summed_state_in_place(model)
     if global_view:

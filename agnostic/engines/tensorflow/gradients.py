@@ -32,20 +32,19 @@ Inside the steps of a model agnostic compiled:
   gives them, except that a lookup whose indices are the same on every
   replica (one shared by the whole batch) has its slices summed, row by row.
 
-The module functions this changes (Keras's loss scaling, TensorFlow's
+The module functions this needs changed (Keras's loss scaling, TensorFlow's
 `maybe_merge_call`) are replaced only while such a step runs
-(compat/scoped.py); the methods, on the model's and its optimizers'
-instances only (agnostic/methods.py).
+(compat/tf_loss_scaling.py); the methods, on the model's and its
+optimizers' instances only (agnostic/methods.py).
 """
 import threading
 
-from agnostic import errors
-from agnostic.compat import scoped, versions
+from agnostic import methods
+from agnostic.compat import tf_loss_scaling
 
 _step = threading.local()  # replicas trace their steps on threads of their own
 
 STEPS = ("train_step", "test_step")
-LOSS_SCALING = ("scale_loss_for_distribution", "unscale_loss_for_distribution")
 
 
 def one_device_arithmetic(model, optimizers, trackers, global_view=False):
@@ -54,9 +53,7 @@ def one_device_arithmetic(model, optimizers, trackers, global_view=False):
     `trackers` (the model's mean metrics) weighs a share by its rows.
     `global_view`: the steps see the whole global batch on every replica
     (agnostic/fit/global_batch.py), whose gradients are then averaged."""
-    from agnostic import methods
-
-    loss_scaling(LOSS_SCALING[0])  # a CompatError now, not in the first step
+    tf_loss_scaling.check()
     for name in STEPS:
         methods.wrap_method(model, name, _recording_share(global_view))
     if not global_view:
@@ -76,7 +73,7 @@ def _recording_share(global_view):
                         getattr(_step, "whole", False))
             _step.rows, _step.weighted, _step.whole = _rows(data), set(), global_view
             try:
-                with _PATCHES.active():
+                with tf_loss_scaling.one_device_losses():
                     return step(data, *args, **kwargs)
             finally:
                 _step.rows, _step.weighted, _step.whole = previous
@@ -265,81 +262,3 @@ def _every_replicas_slices(gradient):
         same, lambda: (tf.reduce_sum(each_replicas(values), axis=0), each_replicas(indices)[0]),
         lambda: (values, indices))
     return tf.IndexedSlices(values, indices, gradient.dense_shape)
-
-
-def _replacements():
-    """What the steps need replaced while they run (compat/scoped.py)."""
-    import tensorflow as tf
-    from keras.src.losses import loss as losses
-
-    # Keras's TensorFlow optimizer reaches the update through
-    # `maybe_merge_call`, which assumes a replica context; the rest of an
-    # `apply` made summed runs in the cross-replica one, where the update
-    # is called directly (the engine's own function fails there).
-    interim = tf.__internal__.distribute.interim
-    yield interim, "maybe_merge_call", _direct_across_replicas
-    for name in LOSS_SCALING:
-        loss_scaling(name)  # there, or a CompatError naming the Keras version
-        yield losses, name, _skipped_in_steps
-
-
-_PATCHES = scoped.Patches(_replacements)
-
-
-def loss_scaling(name):
-    """Keras's keras.src.losses.loss.`name` (one of LOSS_SCALING), or a
-    CompatError naming the Keras version."""
-    from keras.src.losses import loss as losses
-
-    function = getattr(losses, name, None)
-    if not callable(function):
-        import keras
-
-        raise errors.CompatError(
-            f"agnostic keeps the losses of a step as one device computes them through "
-            f"keras.src.losses.loss.{name}, which Keras {keras.__version__} no "
-            "longer has. Report this Keras version to agnostic."
-        )
-    return function
-
-
-def probe(keras):
-    """What `_replacements` and the wrapped steps rely on (agnostic/compat/registry.py):
-    Keras's loss scaling functions, which leave a loss as it is outside a
-    strategy; TensorFlow's `maybe_merge_call(fn, strategy, ...)`; and the
-    optimizer methods wrapped, with the parameters the wrappers pass."""
-    import tensorflow as tf
-    from keras.src.optimizers import base_optimizer
-
-    for name in LOSS_SCALING:
-        function = loss_scaling(name)
-        versions.expect(versions.takes(function, "value"),
-                        f"keras.src.losses.loss.{name}(value)")
-        versions.expect(float(function(tf.constant(2.0))) == 2.0,
-                        f"keras.src.losses.loss.{name} leaving a loss as it is "
-                        "outside a strategy")
-    merge = getattr(tf.__internal__.distribute.interim, "maybe_merge_call", None)
-    versions.expect(versions.takes(merge, "fn", "strategy"),
-                    "tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, ...)")
-    optimizer = base_optimizer.BaseOptimizer
-    versions.expect(versions.takes(optimizer.apply, "grads", "trainable_variables"),
-                    "BaseOptimizer.apply(grads, trainable_variables)")
-    versions.expect(versions.takes(optimizer.scale_loss, "loss"), "BaseOptimizer.scale_loss(loss)")
-
-
-def _direct_across_replicas(maybe_merge_call):
-    def run(fn, strategy, *args, **kwargs):
-        import tensorflow as tf
-
-        if tf.distribute.in_cross_replica_context():
-            return fn(strategy, *args, **kwargs)
-        return maybe_merge_call(fn, strategy, *args, **kwargs)
-
-    return run
-
-
-def _skipped_in_steps(function):
-    def run(value):
-        return value if _in_step() else function(value)
-
-    return run

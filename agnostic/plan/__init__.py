@@ -93,6 +93,9 @@ class Plan:
     job: Optional[cluster.Environment] = dataclasses.field(
         default=None, compare=False, repr=False)
     device_indexes: Tuple[int, ...] = dataclasses.field(default=(), compare=False)
+    # The most training steps per call into the engine, where the strategy
+    # cannot run the program's steps_per_execution (tf-multi-worker: 1).
+    steps_per_execution: Optional[int] = dataclasses.field(default=None, compare=False)
 
     @property
     def starts_processes(self):
@@ -100,6 +103,13 @@ class Plan:
         processes (torch), and no job (a scheduler, a launcher, Ray) that
         started them."""
         return self.num_processes > 1 and self.job is None
+
+    @property
+    def joining(self):
+        """How this process joins its job's engine (a per_process.Joining:
+        JAX's coordinator and local devices, TensorFlow's worker
+        addresses), as the engine's start-up does it; None without a job."""
+        return None if self.job is None else per_process.joining(self.backend, self.job)
 
     @property
     def process_group(self):
@@ -230,7 +240,11 @@ def _runtime(plan, cpu_relocation):
     unused = None
     if cpu_relocation and strategy != TF_CENTRAL_STORAGE:
         unused = NOT_RELOCATED.get(strategy, NOT_RELOCATED[SINGLE_DEVICE])
-    return dataclasses.replace(plan, strategy=strategy, relocation_unused=unused)
+    # Keras's loop of several steps in one call into TensorFlow fails under
+    # MultiWorkerMirroredStrategy (3.13-3.16).
+    steps = 1 if strategy == TF_MULTI_WORKER else None
+    return dataclasses.replace(plan, strategy=strategy, relocation_unused=unused,
+                               steps_per_execution=steps)
 
 
 def _decide(backend, listing, gpus, environment):

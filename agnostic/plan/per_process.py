@@ -1,10 +1,15 @@
 """What the plan decides per process: the engine's threads where several
-processes share a machine's cores, and the processes per node a scheduler
-may start beside the node's accelerators."""
+processes share a machine's cores, the processes per node a scheduler may
+start beside the node's accelerators, the device index of each process
+agnostic starts, and how a job's process joins its engine (`Joining`)."""
 import dataclasses
+import os
+from typing import Optional, Tuple
 
+from agnostic import cluster
 from agnostic import devices as devices_lib
 from agnostic import errors
+from agnostic.cluster import listen
 
 # Strategies that run one process per device.
 PROCESS_PER_DEVICE = {"torch-ddp"}
@@ -76,3 +81,67 @@ def device_indexes(plan):
             "and pass gpus=None."
         )
     return indexes
+
+
+@dataclasses.dataclass(frozen=True)
+class Joining:
+    """How this process of a job joins its engine's runtime, as the engine
+    is imported (engines/<engine>/start.py carries it out; Plan.joining
+    says the same)."""
+
+    backend: str
+    # JAX: the coordinator every process reaches (HOST:PORT), and this
+    # process's devices among its node's (None: all of them).
+    coordinator: Optional[str] = None
+    local_device_ids: Optional[Tuple[int, ...]] = None
+    # TensorFlow: every worker's HOST:PORT, in rank order; None where
+    # torchrun's store shares the hosts as the workers join.
+    workers: Optional[Tuple[str, ...]] = None
+
+
+def joining(backend, environment, environ=None):
+    """The Joining of this process of `environment` (a cluster.Environment)
+    on `backend`. LaunchError where TensorFlow's workers cannot be addressed."""
+    if backend == "jax":
+        # Several processes per node: each drives its own device (JAX's own
+        # detection would give each every device of the node, or one).
+        local = (environment.local_rank,) if environment.local_world_size > 1 else None
+        return Joining(backend, coordinator=listen.host_port(
+            environment.coordinator, environment.engine_port), local_device_ids=local)
+    if backend == "tensorflow":
+        return Joining(backend, workers=_tf_workers(
+            environment, os.environ if environ is None else environ))
+    return Joining(backend)
+
+
+def _tf_workers(environment, environ):
+    """Each process's HOST:PORT for TensorFlow's workers, in rank order: as
+    TF_CONFIG lists them (TensorFlow's own variable, which `agnostic launch`
+    sets beside the others), else each host with its own port (the
+    coordinator's port plus the rank, so that tasks sharing a host differ)."""
+    from agnostic.cluster import tf_config
+
+    if tf_config.detect(environ) is not None:
+        return tuple(tf_config.worker_addresses(environ))
+    hosts = environment.hosts
+    if hosts is None and environment.name == "torchrun" and environment.port is not None:
+        return None  # torchrun's store shares them at the join
+    if hosts is None or environment.port is None:
+        raise errors.LaunchError(
+            f"TensorFlow's workers need every process's address, and {environment.name} "
+            "does not say where each process runs. Set TF_CONFIG in each process, or "
+            "start the processes with `agnostic launch`, torchrun or srun."
+        )
+    return addressed(hosts, environment)
+
+
+def addressed(hosts, environment):
+    """`hosts` (one per rank) each with its TensorFlow worker's port: the
+    job's engine port plus the rank."""
+    port = environment.engine_port
+    if port + len(hosts) - 1 > cluster.HIGHEST_PORT:
+        raise errors.LaunchError(
+            f"TensorFlow's {len(hosts)} workers take one port each from {port}, which "
+            f"runs past {cluster.HIGHEST_PORT}. Choose a lower MASTER_PORT. Received: "
+            f"MASTER_PORT={environment.port} ({environment.name})")
+    return tuple(listen.host_port(host, port + rank) for rank, host in enumerate(hosts))

@@ -9,7 +9,7 @@ import pytest
 
 import agnostic
 from agnostic import cluster, devices, plan
-from agnostic.plan import log, shards
+from agnostic.plan import log, per_process, shards
 from agnostic.devices import DeviceListing
 from tests.conftest import ROOT
 
@@ -228,8 +228,46 @@ def test_tensorflow_workers_span_processes():
         plan.decide("tensorflow", listing, gpus=4)
 
 
+def test_tensorflow_workers_run_one_step_per_execution_as_the_plan_says():
+    names = ("/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0")
+    workers = DeviceListing(names, names[0], accelerators=False, num_processes=2)
+    assert plan.decide("tensorflow", workers).steps_per_execution == 1
+    # Every other plan runs the program's own steps_per_execution.
+    assert plan.decide("tensorflow", CPUS_2).steps_per_execution is None
+    assert plan.decide("jax", CPUS_2).steps_per_execution is None
+
+
 SLURM_RANK_1 = cluster.Environment("slurm", 4, 1, local_rank=1, local_world_size=2,
                                    coordinator="n1", port=15000)
+SLURM_HOSTS = dataclasses.replace(SLURM_RANK_1, hosts=("n1", "n1", "n2", "n2"))
+
+
+def test_a_jobs_process_joins_its_engine_as_the_plan_says():
+    # JAX: the coordinator on the first node; each of a node's 2 processes
+    # drives its own device, one process per node all of them.
+    jax = plan.decide("jax", CPUS_2, None, SLURM_HOSTS).joining
+    assert (jax.coordinator, jax.local_device_ids) == ("n1:15000", (1,))
+    alone_on_its_node = dataclasses.replace(SLURM_HOSTS, local_rank=0, local_world_size=1)
+    assert per_process.joining("jax", alone_on_its_node).local_device_ids is None
+    # torchrun's agent holds the port: the engines take the next ones.
+    taken = dataclasses.replace(SLURM_HOSTS, name="torchrun", port_taken=True)
+    assert per_process.joining("jax", taken).coordinator == "n1:15001"
+    # TensorFlow: one worker per process, each with its own port, in rank
+    # order; TF_CONFIG's list where it is set; torchrun's hosts are shared
+    # at the join.
+    assert per_process.joining("tensorflow", SLURM_HOSTS, environ={}).workers == (
+        "n1:15000", "n1:15001", "n2:15002", "n2:15003")
+    config = '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}'
+    assert per_process.joining("tensorflow", SLURM_HOSTS,
+                               environ={"TF_CONFIG": config}).workers == ("a:1", "b:2")
+    unnamed = dataclasses.replace(taken, hosts=None)
+    assert per_process.joining("tensorflow", unnamed, environ={}).workers is None
+    with pytest.raises(agnostic.LaunchError, match="does not say where each process runs"):
+        per_process.joining("tensorflow", SLURM_RANK_1, environ={})
+    high = dataclasses.replace(SLURM_HOSTS, port=cluster.HIGHEST_PORT - 1)
+    with pytest.raises(agnostic.LaunchError, match="Choose a lower MASTER_PORT"):
+        per_process.joining("tensorflow", high, environ={})
+    assert plan.decide("torch", TWO_GPUS).joining is None  # no job: nothing to join
 # Made-up GPUs (mocked): a machine with GPUs cannot exist in this test environment.
 TWO_GPUS = DeviceListing(("cuda:0", "cuda:1"), "cpu", accelerators=True)
 ONE_GPU = DeviceListing(("cuda:0",), "cpu", accelerators=True)

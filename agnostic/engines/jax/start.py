@@ -8,6 +8,7 @@ from agnostic import errors
 from agnostic.cluster import listen
 from agnostic.compat import jax_joined
 from agnostic.launch import watchdog
+from agnostic.plan import per_process
 
 
 def split(jax, count):
@@ -17,9 +18,10 @@ def split(jax, count):
 
 def join(jax, environment):
     # The processes meet before JAX starts its backend, as
-    # keras.distribution.initialize would make them. Arguments, not JAX's own
-    # detection: under SLURM it would give each process one device, while one
-    # process per node should drive all of the node's.
+    # keras.distribution.initialize would make them, as the plan decides
+    # (plan/per_process.py): under SLURM JAX's own detection would give
+    # each process one device, while one process per node drives all of the
+    # node's.
     # JAX aborts the process when its own bound passes, without naming
     # anyone: a watchdog ends it first, saying who is missing where it can.
     # Process 0's coordinator listens on the job's address (cluster.listen),
@@ -28,12 +30,11 @@ def join(jax, environment):
 
     if jax.distributed.is_initialized():
         return
-    local_devices = None
-    if environment.local_world_size > 1:
-        local_devices = [environment.local_rank]  # several processes per node
+    joining = per_process.joining("jax", environment)
+    local_devices = joining.local_device_ids and list(joining.local_device_ids)
     seconds = cluster_lib.join_seconds_at_start()
     size, rank = environment.world_size, environment.rank
-    coordinator = listen.host_port(environment.coordinator, environment.engine_port)
+    coordinator = joining.coordinator
     options = {}
     if rank == 0 and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
         address = listen.local_address(listen.rank_0(environment))

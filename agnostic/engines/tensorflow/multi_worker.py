@@ -48,7 +48,7 @@ def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=Tru
     distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
                              global_view)
     tf_worker_logs.one_value_per_replica(model)
-    _one_step_per_execution(model, plan.process_id == 0)
+    _steps_per_execution(model, plan.steps_per_execution, plan.process_id == 0)
     # TensorFlow gives each worker its part of every batch itself.
     processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                    barrier=lambda: _barrier(workers),
@@ -58,22 +58,23 @@ def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=Tru
     return model
 
 
-def _one_step_per_execution(model, is_chief):
-    """Keras's loop of several steps in one call into TensorFlow
-    (`steps_per_execution`, 3.13-3.16) fails under MultiWorkerMirroredStrategy,
-    with or without agnostic: each call runs one step here. The training is
+def _steps_per_execution(model, most, is_chief):
+    """At most `most` steps per call into TensorFlow, as the plan says
+    (None: the program's): Keras's loop of several steps in one call
+    (`steps_per_execution`, 3.13-3.16) fails under
+    MultiWorkerMirroredStrategy, with or without agnostic. The training is
     the same; batch-level callbacks run after every step."""
     steps = getattr(model, "steps_per_execution", 1)
-    if steps == 1:
+    if most is None or steps <= most:
         return
-    model.steps_per_execution = 1
+    model.steps_per_execution = most
     if is_chief:
         warnings.warn(
-            f"tf-multi-worker runs one training step per call into TensorFlow, "
+            f"tf-multi-worker runs {most} training step per call into TensorFlow, "
             f"not steps_per_execution={steps}: Keras's loop of several steps fails "
             "under MultiWorkerMirroredStrategy. The training is the same; callbacks' "
             "on_*_batch_* methods run after every step instead of every "
-            f"{steps}th. Compile with steps_per_execution=1 to silence this.",
+            f"{steps}th. Compile with steps_per_execution={most} to silence this.",
             errors.StepsPerExecutionWarning, stacklevel=5)
 
 

@@ -1,13 +1,12 @@
 """TensorFlow's set-up as it is imported (agnostic._startup dispatches here
 by name): the CPU split into logical devices, and a job's workers joined in
 one MultiWorkerMirroredStrategy, made before TensorFlow's runtime starts."""
-import os
-
 from agnostic import cluster as cluster_lib
 from agnostic import errors
 from agnostic.cluster import listen
 from agnostic.compat import tf_collective_server
 from agnostic.launch import watchdog
+from agnostic.plan import per_process
 
 # The workers' strategy, made as TensorFlow is imported: the strategy (or
 # the error that prevented it) under "strategy" / "error".
@@ -71,29 +70,13 @@ def join(tf, environment):
 
 
 def worker_addresses(environment):
-    """Each process's HOST:PORT for TensorFlow's workers, in rank order: as
-    TF_CONFIG lists them (TensorFlow's own variable, which `agnostic launch`
-    sets beside the others), else each host with its own port (the
-    coordinator's port plus the rank, so that tasks sharing a host differ)."""
-    from agnostic.cluster import tf_config
+    """Each worker's HOST:PORT, in rank order, as the plan decides them
+    (plan/per_process.py), the hosts shared through torchrun's store where
+    only it knows them."""
+    joining = per_process.joining("tensorflow", environment)
+    if joining.workers is not None:
+        return list(joining.workers)
+    from agnostic.cluster import torchrun
 
-    if tf_config.detect(os.environ) is not None:
-        return tf_config.worker_addresses(os.environ)
-    hosts = environment.hosts
-    if hosts is None and environment.name == "torchrun" and environment.port is not None:
-        from agnostic.cluster import torchrun
-
-        hosts = torchrun.exchange_hosts(environment, cluster_lib.join_seconds_at_start())
-    if hosts is None or environment.port is None:
-        raise errors.LaunchError(
-            f"TensorFlow's workers need every process's address, and {environment.name} "
-            "does not say where each process runs. Set TF_CONFIG in each process, or "
-            "start the processes with `agnostic launch`, torchrun or srun."
-        )
-    port = environment.engine_port
-    if port + len(hosts) - 1 > cluster_lib.HIGHEST_PORT:
-        raise errors.LaunchError(
-            f"TensorFlow's {len(hosts)} workers take one port each from {port}, which "
-            f"runs past {cluster_lib.HIGHEST_PORT}. Choose a lower MASTER_PORT. Received: "
-            f"MASTER_PORT={environment.port} ({environment.name})")
-    return [listen.host_port(host, port + rank) for rank, host in enumerate(hosts)]
+    hosts = torchrun.exchange_hosts(environment, cluster_lib.join_seconds_at_start())
+    return list(per_process.addressed(hosts, environment))

@@ -31,9 +31,9 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked `engine_free` start no engine in any process (the launcher's
     own supervision, output and rendezvous, run with tiny scripts): what an
     engine environment would add to them is nothing but time. tox.ini runs
-    them in `core` (Python 3.8) and `torch` (3.11) and sets
-    AGNOSTIC_ENGINE_FREE_TESTS=0 in the other engines' environments, where
-    they are deselected (counted so in pytest's summary, never as passed)."""
+    them in `core` (Python 3.8) and sets AGNOSTIC_ENGINE_FREE_TESTS=0 in the
+    engines' environments, where they are deselected (counted so in pytest's
+    summary, never as passed)."""
     if os.environ.get("AGNOSTIC_ENGINE_FREE_TESTS", "1") != "0":
         return
     elsewhere = [item for item in items if item.get_closest_marker("engine_free")]

@@ -18,6 +18,14 @@ def wrap_method(model, name, wrapper):
     setattr(model, name, functools.wraps(original)(wrapper(original)))
 
 
+def wrap_all(wraps):
+    """Applies `wraps`, (owner, method name, wrapper) triples, in order
+    (each one wraps what the ones before left): a strategy's wrappers,
+    gathered from its parts, applied in one place."""
+    for owner, name, wrapper in wraps:
+        wrap_method(owner, name, wrapper)
+
+
 def unwrap(model):
     """Undoes every wrap_method on `model` (compiling again starts clean)."""
     for name, original in model.__dict__.pop("_agnostic_originals", {}).items():

@@ -50,7 +50,8 @@ STEPS = ("train_step", "test_step")
 def see_the_global_batch(model, make_view):
     """`model`'s train_step and test_step run on the global batch (each
     replica alike); the layers they call share the work. `make_view()`
-    gives the engine's View in a step."""
+    gives the engine's View in a step. Returns the wraps that do it,
+    (owner, method name, wrapper) triples for methods.wrap_all."""
     def wrapper(step):
         def run(data, *args, **kwargs):
             view = make_view()
@@ -66,14 +67,12 @@ def see_the_global_batch(model, make_view):
 
         return run
 
-    for name in STEPS:
-        methods.wrap_method(model, name, wrapper)
     layers = _callable_layers(model)
-    for layer in layers:
-        methods.wrap_method(layer, "call", _shared_call(layer))
     # Unwrapped when the model is compiled again (methods.start_again).
     model.__dict__[methods.WRAPPED_LAYERS] = methods.Held(
         [layer for layer in layers if layer is not model])
+    return [(model, name, wrapper) for name in STEPS] + [
+        (layer, "call", _shared_call(layer)) for layer in layers]
 
 
 def active():

@@ -29,7 +29,7 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     step_logs.metrics_in_place(model, summed=not global_view)
     tf_central_metrics.summed_state_in_place(model)
     if global_view:
-        global_batch.see_the_global_batch(model, batch_view.view)
+        methods.wrap_all(global_batch.see_the_global_batch(model, batch_view.view))
         for name in global_batch.STEPS:
             methods.wrap_method(model, name, _made_in(metrics_scope))
     tf_first_batch.build_without_reading(model, strategy, scope)

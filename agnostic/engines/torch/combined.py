@@ -1,21 +1,24 @@
 """What each process computes from its own rows, combined across the
 processes (torch-ddp): batch normalization's moving statistics, a layer's
 own state, the metrics' results and a step's own logs, so that every
-process (and the saved model) holds what one device would."""
+process (and the saved model) holds what one device would.
+
+Each function returns the wraps it needs, (owner, method name, wrapper)
+triples that torch-ddp applies in one place (agnostic/methods.py)."""
 from agnostic.compat import step_logs
 from agnostic.engines.torch import gradients, reduce
 from agnostic import batching, methods
-from agnostic.fit import batch_norm
 
 
-def average_moving_statistics(model, world_size):
-    """Per-process batch statistics: after each step the moving ones are
-    averaged, so every process (and the saved model) holds the same."""
+def average_moving_statistics(model, moving, world_size):
+    """Per-process batch statistics: after each step the `moving` ones
+    (batch_norm.moving_statistics) are averaged, so every process (and the
+    saved model) holds the same."""
     import torch
 
-    statistics = [v.value for v in batch_norm.moving_statistics(model)]
+    statistics = [v.value for v in moving]
     if not statistics:
-        return
+        return []
 
     def step(train_step):
         def run(*args, **kwargs):
@@ -26,20 +29,20 @@ def average_moving_statistics(model, world_size):
 
         return run
 
-    methods.wrap_method(model, "train_step", step)
+    return [(model, "train_step", step)]
 
 
-def combine_layer_state(model, world_size):
+def combine_layer_state(model, moving, world_size):
     """A layer's own state updated in its call, from each process's rows:
     after each training step it is combined across processes as its
     declared `aggregation` says ("sum": every process's change added once;
     "mean": the processes' values averaged; "only_first_replica": rank 0's),
     so every process (and the saved model) holds what one device would for
-    sums, and for means of equal shares. Batch normalization's statistics are
-    kept by batch_norm.synchronize / average_moving_statistics."""
+    sums, and for means of equal shares. Batch normalization's statistics
+    (`moving`) are kept by batch_norm.synchronize / average_moving_statistics."""
     import torch
 
-    statistics = {id(v) for v in batch_norm.moving_statistics(model)}
+    statistics = {id(v) for v in moving}
 
     def declared(kind):
         return [v for v in model.non_trainable_variables
@@ -62,7 +65,7 @@ def combine_layer_state(model, world_size):
 
         return run
 
-    methods.wrap_method(model, "train_step", step)
+    return [(model, "train_step", step)]
 
 
 def aggregate_metrics(model):
@@ -87,7 +90,7 @@ def aggregate_metrics(model):
 
         return run
 
-    methods.wrap_method(model, "get_metrics_result", wrapper)
+    return [(model, "get_metrics_result", wrapper)]
 
 
 def global_step_logs(model):
@@ -136,9 +139,8 @@ def global_step_logs(model):
 
         return run
 
-    for name in step_logs.STEPS:
-        if methods.own(model, name):  # Keras's own returns get_metrics_result, summed
-            methods.wrap_method(model, name, wrapper)
+    # Keras's own returns get_metrics_result, summed already.
+    return [(model, name, wrapper) for name in step_logs.STEPS if methods.own(model, name)]
 
 
 def _same(one, other):

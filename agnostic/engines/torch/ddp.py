@@ -14,7 +14,7 @@ import logging
 
 from agnostic.compat import torch_keras_ddp
 from agnostic.engines.torch import batch_view, combined, gradients, join, reduce
-from agnostic import collectives
+from agnostic import collectives, methods
 from agnostic.fit import batch_norm, global_batch, in_place, pipeline
 from agnostic.strategies import base
 
@@ -37,10 +37,9 @@ class TorchDDPStrategy(base.Strategy):
         import torch.distributed as dist
 
         group = join.join(self.plan)
+        world = group.world_size
         model = self.replica(model, call, group.rank)
         reduce.broadcast([v.value for v in model.variables])
-        if not batch_norm.synchronize(model, "torch", self.sync_batch_norm):
-            combined.average_moving_statistics(model, group.world_size)
         keras_ddp = torch_keras_ddp.keras_is_data_parallel(model)
         by_keras = torch_keras_ddp.keras_averages_gradients(model)
         if by_keras:
@@ -50,21 +49,27 @@ class TorchDDPStrategy(base.Strategy):
         # itself: its processes compute on their own shares there.
         global_view = self.global_view and not keras_ddp
         optimizers = in_place.optimizers(model, call)
+        # The step's wrappers, innermost first, applied together below.
+        wraps = []
+        moving = batch_norm.moving_statistics(model)
+        if not batch_norm.synchronize(model, "torch", self.sync_batch_norm):
+            wraps += combined.average_moving_statistics(model, moving, world)
         # Before the gradients' averaging wraps the optimizers: it runs first.
-        self.split_state(model, optimizers, group.rank, group.world_size)
-        gradients.average(model, group.world_size, self.multi_device, optimizers, by_keras,
-                          global_view)
+        self.split_state(model, optimizers, group.rank, world)
+        wraps += gradients.average(model, world, self.multi_device, optimizers, by_keras,
+                                   global_view)
         if not global_view:  # else every process's metrics hold the whole batch's
             if not keras_ddp:
-                combined.aggregate_metrics(model)
-            combined.global_step_logs(model)
-        gradients.empty_shares(model)
-        combined.combine_layer_state(model, group.world_size)
+                wraps += combined.aggregate_metrics(model)
+            wraps += combined.global_step_logs(model)
+        wraps += gradients.empty_shares(model)
+        wraps += combined.combine_layer_state(model, moving, world)
         if global_view:
-            global_batch.see_the_global_batch(model, batch_view.maker(group.world_size))
-        processes = pipeline.Processes(group.rank, group.world_size, barrier=dist.barrier,
+            wraps += global_batch.see_the_global_batch(model, batch_view.maker(world))
+        methods.wrap_all(wraps)
+        processes = pipeline.Processes(group.rank, world, barrier=dist.barrier,
                                        share=collectives.torch_share)
-        pipeline.wrap(model, group.world_size, processes=processes, even_shares=False,
+        pipeline.wrap(model, world, processes=processes, even_shares=False,
                       per_replica_calls=True)
         return model
 

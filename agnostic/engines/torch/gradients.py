@@ -1,7 +1,9 @@
 """torch-ddp's gradients: each training step's averaged over the processes,
 each process's share of the batch weighted by its rows, as on one device.
 
-Used by engines.torch.ddp (and torch-device-parallel, through it).
+Used by engines.torch.ddp (and torch-device-parallel, through it), which
+applies the wraps each function returns, (owner, method name, wrapper)
+triples, in one place (agnostic/methods.py).
 """
 import logging
 
@@ -67,21 +69,21 @@ def average(model, world_size, multi_device=False, optimizers=(), by_keras=False
 
         return run
 
-    methods.wrap_method(model, "train_step", step)
-    methods.wrap_method(model, "test_step", test_step)
+    wraps = [(model, "train_step", step), (model, "test_step", test_step)]
     if not global_view:
-        for tracker in in_place.mean_trackers(model):
-            methods.wrap_method(tracker, "update_state", steps.weighted_update)
+        wraps += [(tracker, "update_state", steps.weighted_update)
+                  for tracker in in_place.mean_trackers(model)]
     if not by_keras:
-        methods.wrap_method(model, "forward", steps.forward)
+        wraps.append((model, "forward", steps.forward))
     # A loss-scale optimizer averages before its inner one sees the gradients.
     inner = {id(getattr(optimizer, "inner_optimizer", None)) for optimizer in optimizers}
     for optimizer in optimizers:
         if id(optimizer) not in inner:
-            methods.wrap_method(optimizer, "scale_loss", scale_loss)
+            wraps.append((optimizer, "scale_loss", scale_loss))
             if not by_keras:
-                methods.wrap_method(optimizer, "apply", apply)
+                wraps.append((optimizer, "apply", apply))
     model.__dict__["_agnostic_gradients"] = steps  # read by tests and benchmarks
+    return wraps
 
 
 class GradientSteps:
@@ -276,8 +278,7 @@ def empty_shares(model):
 
         return run
 
-    for name in ("train_step", "test_step"):
-        methods.wrap_method(model, name, wrapper)
+    return [(model, name, wrapper) for name in ("train_step", "test_step")]
 
 
 def _weighted_mean(steps, bucket):

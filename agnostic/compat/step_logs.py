@@ -8,7 +8,6 @@ of each replica's own results, on torch each process's own. With each nested
 result in its place the logs have Keras's keys (as its callbacks get them,
 through pythonify_logs), and the history is every replica's (Keras 3.13-3.16).
 """
-from agnostic import methods
 from agnostic.compat import versions
 
 STEPS = ("train_step", "test_step")
@@ -47,7 +46,8 @@ def metrics_in_place(model, summed=True):
     across replicas does), so that what a step reports after each batch
     (the progress bar, the callbacks) is one device's too, and not the mean
     of each replica's own results. Not `summed`: each replica's metrics hold
-    the whole batch's already (agnostic/fit/global_batch.py)."""
+    the whole batch's already (agnostic/fit/global_batch.py). Returns the
+    wraps, for methods.wrap_all."""
     def wrapper(step):
         def run(*args, **kwargs):
             logs = step(*args, **kwargs)
@@ -59,8 +59,7 @@ def metrics_in_place(model, summed=True):
 
         return run
 
-    for name in STEPS:
-        methods.wrap_method(model, name, wrapper)
+    return [(model, name, wrapper) for name in STEPS]
 
 
 def _over_replicas(model):

@@ -10,7 +10,6 @@ is the Keras variable's public handle on it); without it, an error names the
 Keras version.
 """
 from agnostic.compat import versions
-from agnostic import methods
 
 
 def update_in_place(model):
@@ -26,20 +25,21 @@ def update_in_place(model):
     given the engine's own in-place add, and in a step an `assign` adds its
     difference from the stored value.
     """
-    added_in_place(model, lambda: model.metrics_variables)
+    return added_in_place(model, lambda: model.metrics_variables)
 
 
 def summed_state_in_place(model):
     """A layer's own variables declared `aggregation="sum"` (a counter
     updated in its call) add each replica's part once."""
-    added_in_place(model, lambda: [variable for variable in model.non_trainable_variables
-                                   if variable.aggregation == "sum"])
+    return added_in_place(model, lambda: [variable for variable in model.non_trainable_variables
+                                          if variable.aggregation == "sum"])
 
 
 def added_in_place(model, variables):
     """Each of `variables()` adds in place (see above), given before the
     model's step functions are made (the variables exist then: Keras builds
-    the model and its metrics from a first batch)."""
+    the model and its metrics from a first batch). Returns the wraps, for
+    methods.wrap_all."""
     def before(original):
         def run(*args, **kwargs):
             for variable in variables():
@@ -51,8 +51,7 @@ def added_in_place(model, variables):
 
         return run
 
-    for name in ("make_train_function", "make_test_function"):
-        methods.wrap_method(model, name, before)
+    return [(model, name, before) for name in ("make_train_function", "make_test_function")]
 
 
 def probe(keras):

@@ -22,10 +22,8 @@ FUNCTIONS = {"make_train_function": "train_function",
 
 def split_batches(model, strategy):
     """Every step function `model` makes splits a whole batch it is given."""
-    from agnostic import methods
-
-    for maker, attribute in FUNCTIONS.items():
-        methods.wrap_method(model, maker, _splitting_after(model, attribute, strategy))
+    return [(model, maker, _splitting_after(model, attribute, strategy))
+            for maker, attribute in FUNCTIONS.items()]
 
 
 def probe(keras):
@@ -37,7 +35,9 @@ def probe(keras):
 
     model = keras.Sequential([keras.layers.Dense(1)])
     model.compile(loss="mse", optimizer="sgd")
-    split_batches(model, tf.distribute.get_strategy())
+    from agnostic import methods
+
+    methods.wrap_all(split_batches(model, tf.distribute.get_strategy()))
     for maker, attribute in FUNCTIONS.items():
         getattr(model, maker)()
         versions.expect(getattr(getattr(model, attribute), "splits_batches", False),

@@ -4,6 +4,7 @@ the legacy multi_gpu_model kept the template's weights on the CPU the same
 way."""
 import logging
 
+from agnostic import methods
 from agnostic.fit import pipeline
 from agnostic.compat import tf_central_metrics
 from agnostic.engines.tensorflow import distribute
@@ -40,6 +41,6 @@ class TFCentralStorageStrategy(base.Strategy):
 
         distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
                                 self.global_view)
-        tf_central_metrics.update_in_place(model)
+        methods.wrap_all(tf_central_metrics.update_in_place(model))
         pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True)
         return model

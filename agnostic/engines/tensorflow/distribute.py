@@ -24,16 +24,17 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     optimizers = in_place.optimizers(model, call)
     for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
-    gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),
-                                    global_view)
-    step_logs.metrics_in_place(model, summed=not global_view)
-    tf_central_metrics.summed_state_in_place(model)
+    # The model's wrappers, innermost first, applied together below.
+    wraps = gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),
+                                            global_view)
+    wraps += step_logs.metrics_in_place(model, summed=not global_view)
+    wraps += tf_central_metrics.summed_state_in_place(model)
     if global_view:
-        methods.wrap_all(global_batch.see_the_global_batch(model, batch_view.view))
-        for name in global_batch.STEPS:
-            methods.wrap_method(model, name, _made_in(metrics_scope))
+        wraps += global_batch.see_the_global_batch(model, batch_view.view)
+        wraps += [(model, name, _made_in(metrics_scope)) for name in global_batch.STEPS]
+    wraps += tf_on_batch.split_batches(model, strategy)
+    methods.wrap_all(wraps)
     tf_first_batch.build_without_reading(model, strategy, scope)
-    tf_on_batch.split_batches(model, strategy)
 
 
 def _placed(variable, strategy, global_view):

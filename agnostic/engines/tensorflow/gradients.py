@@ -39,7 +39,6 @@ optimizers' instances only (agnostic/methods.py).
 """
 import threading
 
-from agnostic import methods
 from agnostic.compat import tf_loss_scaling
 
 _step = threading.local()  # replicas trace their steps on threads of their own
@@ -52,18 +51,18 @@ def one_device_arithmetic(model, optimizers, trackers, global_view=False):
     `optimizers` applies the gradients of the global batch, and each of
     `trackers` (the model's mean metrics) weighs a share by its rows.
     `global_view`: the steps see the whole global batch on every replica
-    (agnostic/fit/global_batch.py), whose gradients are then averaged."""
+    (agnostic/fit/global_batch.py), whose gradients are then averaged.
+    Returns the wraps that do it, (owner, method name, wrapper) triples for
+    methods.wrap_all."""
     tf_loss_scaling.check()
-    for name in STEPS:
-        methods.wrap_method(model, name, _recording_share(global_view))
+    wraps = [(model, name, _recording_share(global_view)) for name in STEPS]
     if not global_view:
-        for tracker in trackers:
-            methods.wrap_method(tracker, "update_state", _weighted_when_unweighted)
-    methods.wrap_method(model, "compute_loss", _nothing_from_an_empty_share)
+        wraps += [(tracker, "update_state", _weighted_when_unweighted) for tracker in trackers]
+    wraps.append((model, "compute_loss", _nothing_from_an_empty_share))
     for optimizer in optimizers:
-        methods.wrap_method(optimizer, "scale_loss", _weighted_by_share(optimizer))
-        if "apply" not in getattr(optimizer, "_agnostic_originals", {}):
-            methods.wrap_method(optimizer, "apply", _summed_first(optimizer))
+        wraps += [(optimizer, "scale_loss", _weighted_by_share(optimizer)),
+                  (optimizer, "apply", _summed_first(optimizer))]
+    return wraps
 
 
 def _recording_share(global_view):

@@ -4,7 +4,7 @@ and the places where Keras's fit (3.13-3.16) needs help under it.
 """
 import warnings
 
-from agnostic import collectives, errors
+from agnostic import collectives, errors, methods
 from agnostic.fit import pipeline
 from agnostic.compat import tf_worker_logs
 from agnostic.engines.tensorflow import distribute, start
@@ -47,7 +47,7 @@ def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=Tru
     _chief_weights(workers, model)
     distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
                              global_view)
-    tf_worker_logs.one_value_per_replica(model)
+    methods.wrap_all(tf_worker_logs.one_value_per_replica(model))
     _steps_per_execution(model, plan.steps_per_execution, plan.process_id == 0)
     # TensorFlow gives each worker its part of every batch itself.
     processes = pipeline.Processes(plan.process_id, plan.num_processes,

@@ -112,25 +112,20 @@ def backend_agnostic_compile(
         plan, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
         sync_batch_norm=sync_batch_norm, global_view=global_view,
     )
-    result = strategy.compile(methods.start_again(model), call)
-    _compiled_again_alike(model, dict(
-        gpus=gpus, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
-        sync_batch_norm=sync_batch_norm, global_view=global_view, shard=shard))
-    return result
+    # A later `model.compile(...)` of the program's (fine-tuning: freeze
+    # layers, compile again with a new optimizer) compiles through agnostic
+    # with this call's options: the model trains on as before, on every
+    # device, rather than half in agnostic's plan and half in Keras's.
+    options = dict(gpus=gpus, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
+                   sync_batch_norm=sync_batch_norm, global_view=global_view, shard=shard)
+    def again(model, *args, **kwargs):
+        return backend_agnostic_compile(model, *args, **options, **kwargs)
 
-
-def _compiled_again_alike(model, options):
-    """A later `model.compile(...)` of the program's (fine-tuning: freeze
-    layers, compile again with a new optimizer) compiles through agnostic
-    with this call's options: the model trains on as before, on every
-    device, rather than half in agnostic's plan and half in Keras's."""
-    def wrapper(compile):
-        def run(*args, **kwargs):
-            backend_agnostic_compile(model, *args, **options, **kwargs)
-
-        return run
-
-    methods.wrap_method(model, "compile", wrapper)
+    try:
+        return strategy.compile(methods.start_again(model, again), call)
+    except BaseException:
+        methods.start_again(model)  # nothing of agnostic's is left on a model it did not compile
+        raise
 
 
 # The keywords backend_agnostic_compile takes itself (the rest go to compile).

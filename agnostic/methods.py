@@ -35,10 +35,13 @@ def unwrap(model):
             setattr(model, name, original)
 
 
-def start_again(model):
+def start_again(model, again=None):
     """`model` without the wrappers of an earlier backend_agnostic_compile
     (fine-tuning: freeze layers, compile again), which would otherwise apply
-    twice; its weights, flags and state are its own throughout."""
+    twice; its weights, flags and state are its own throughout. `again`: what
+    a later `model.compile(...)` of the program's runs instead, given the
+    model and compile's arguments (Keras's compile stays `original(model,
+    "compile")`)."""
     for undo in model.__dict__.pop(UNDO, Held([])).values:
         undo()
     for layer in model.__dict__.pop(WRAPPED_LAYERS, Held([])).values:
@@ -49,12 +52,25 @@ def start_again(model):
     for optimizer in optimizers + [getattr(o, "inner_optimizer", None) for o in optimizers]:
         if optimizer is not None:
             unwrap(optimizer)
+    if again is not None:
+        wrap_method(model, "compile", lambda compile: functools.partial(again, model))
     return model
 
 
+def original(owner, name):
+    """`owner.name` as it was before agnostic wrapped it."""
+    originals = owner.__dict__.get("_agnostic_originals", {})
+    if name not in originals:
+        return getattr(owner, name)
+    if originals[name] is None:  # the class's
+        return getattr(type(owner), name).__get__(owner)
+    return originals[name]
+
+
 def around_saves(model, context):
-    """`model.save` and `model.save_weights` run within `context()`, on every
-    process (a split model: every process gathers, the chief writes)."""
+    """The wraps (for wrap_all) by which `model.save` and `model.save_weights`
+    run within `context()`, on every process (a split model: every process
+    gathers, the chief writes)."""
     def wrapper(save):
         def run(*args, **kwargs):
             with context():
@@ -62,9 +78,7 @@ def around_saves(model, context):
 
         return run
 
-    for name in ("save", "save_weights"):
-        if hasattr(model, name):
-            wrap_method(model, name, wrapper)
+    return [(model, name, wrapper) for name in ("save", "save_weights") if hasattr(model, name)]
 
 
 def own(model, name):

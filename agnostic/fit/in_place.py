@@ -21,7 +21,9 @@ class CompileCall:
         self.args, self.kwargs = tuple(args), dict(kwargs)
 
     def __call__(self, model, **extra):
-        model.compile(*self.args, **self.kwargs, **extra)
+        """Keras's compile (the model's own, not the wrapper that compiles it
+        through agnostic again)."""
+        methods.original(model, "compile")(*self.args, **self.kwargs, **extra)
 
     def objects(self, kind):
         """The instances of `kind` among the arguments, nested ones included."""

@@ -53,14 +53,16 @@ ONE_PROCESS = Processes(0, 1, None, None, shards=False)
 
 
 def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
-         even_shares=True, per_replica_calls=False):
+         even_shares=True, per_replica_calls=False, wraps=()):
     """Wraps `model` (the program's, which backend_agnostic_compile returns)
     as above; `replicas` the number of devices over all processes, `scope` a
     factory of the engine's scope (`predict_scope`: predict's, if another);
     `even_shares=False`: the engine weights shares of any size itself, so
     no batch is checked; `per_replica_calls`: each replica runs the layers'
     calls on its own share (TensorFlow, torch), so fit checks the layers'
-    own state (layer_state)."""
+    own state (layer_state). `wraps`: the strategy's own, (owner, method
+    name, wrapper) triples applied in their order after these (every
+    wrapper of a compiled model is applied here, in one place)."""
     checked = replicas if even_shares else 1
     enter = scope or _no_scope
     enter_predict = predict_scope or enter
@@ -151,6 +153,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
     for method_name in ("train_on_batch", "test_on_batch", "predict_on_batch"):
         methods.wrap_method(model, method_name, on_batch(method_name))
     guard_files(model, processes)
+    methods.wrap_all(wraps)
 
 
 def _shard_fit(given, processes, even):

@@ -175,11 +175,8 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
     _startup.check_variables()
     backend = devices_lib.current_backend()
     job = cluster.job(backend)
-    placed = ()
-    if model is not None:
-        placed = placement.requested(model)
     plan = decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
-                  placed)
+                  placement.requested(model))
     return shards.sharded(plan) if shard is True else plan
 
 

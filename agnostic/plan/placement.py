@@ -78,8 +78,8 @@ def _check_device_id(device_id):
 def requested(model):
     """The model's placed calls in the order its call runs them: a tuple of
     (call label, device id or "cpu"); empty for a model built without
-    agnostic.device()."""
-    if not _PLACED:
+    agnostic.device(), and for no model (None)."""
+    if not _PLACED or model is None:
         return ()
     from agnostic.compat import keras_nodes
 

@@ -27,27 +27,30 @@ class JaxDataParallelStrategy(base.Strategy):
         distribution = keras.distribution.DataParallel(
             devices=list(plan.devices), auto_shard_dataset=plan.num_processes == 1
         )
+        wraps = made_again_when_frozen(model)
         in_place.compile_in(model, distribution.scope(), call)
-        made_again_when_frozen(model)
-        # Keras shards each batch by the distribution active at call time, so
-        # each call runs under this model's own one (several may coexist).
-        if plan.num_processes == 1:  # batches of any size (compat.jax_uneven_batches)
-            pipeline.wrap(model, plan.num_replicas,
-                          scope=jax_uneven_batches.allow(distribution), even_shares=False)
-            return model
-        across_processes(model, plan, distribution)
+        pipeline.wrap(model, plan.num_replicas, **fit_under(model, plan, distribution, wraps))
         return model
 
 
-def across_processes(model, plan, distribution):
-    """fit, evaluate and predict of a model over several processes' devices:
-    each process feeds its part of every batch, predicts on its own devices,
-    and only the chief writes files."""
+def fit_under(model, plan, distribution, wraps, saves=None):
+    """pipeline.wrap's arguments for a model under `distribution`, which
+    Keras shards each batch by at call time (each call runs under this
+    model's own: several may coexist). One process: batches of any size
+    (compat.jax_uneven_batches). Several: each process feeds its part of
+    every batch, predicts on its own devices, and only the chief writes
+    files, saving outside the mesh (`saves`: a context every process saves
+    in, a split model's)."""
+    if plan.num_processes == 1:
+        return dict(scope=jax_uneven_batches.allow(distribution), even_shares=False,
+                    wraps=wraps)
     processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                    barrier=_barrier, share=collectives.jax_share)
-    pipeline.wrap(model, plan.num_replicas, scope=distribution.scope,
-                  processes=processes, predict_scope=lambda: _locally(model))
-    _save_outside_the_mesh(model)
+    wraps = wraps + _save_outside_the_mesh(model)
+    if saves is not None:
+        wraps += methods.around_saves(model, saves)
+    return dict(scope=distribution.scope, processes=processes,
+                predict_scope=lambda: _locally(model), wraps=wraps)
 
 
 def made_again_when_frozen(model):
@@ -58,7 +61,8 @@ def made_again_when_frozen(model):
     how many there are of each, and the next call failed in JAX ("pjit
     out_shardings has a subtree ... of length 0, but the full pytree ...
     of length 2"); Keras's own DataParallel fails the same way. Each
-    function is made again when the variables it was made for changed."""
+    function is made again when the variables it was made for changed.
+    Returns the wraps that do it (for methods.wrap_all)."""
     made_for = {}
 
     def partition():
@@ -77,8 +81,8 @@ def made_again_when_frozen(model):
 
         return wrap
 
-    for name in ("make_train_function", "make_test_function", "make_predict_function"):
-        methods.wrap_method(model, name, wrapper(name))
+    return [(model, name, wrapper(name))
+            for name in ("make_train_function", "make_test_function", "make_predict_function")]
 
 
 def users_distribution(plan):
@@ -138,9 +142,8 @@ def _save_outside_the_mesh(model):
 
         return run
 
-    for name in ("save", "save_weights", "export"):
-        if hasattr(model, name):
-            methods.wrap_method(model, name, wrap)
+    return [(model, name, wrap) for name in ("save", "save_weights", "export")
+            if hasattr(model, name)]
 
 
 @contextlib.contextmanager

@@ -16,13 +16,12 @@ variables again on the mesh.
 Over several processes (agnostic launch, a scheduler) the mesh is every
 process's devices, each process feeding its part of every batch; a save
 and a prediction gather each variable whole in every process for their
-time (data_parallel.across_processes, compat/keras_variables.py).
+time (data_parallel.fit_under, compat/keras_variables.py).
 """
 import math
 
-from agnostic import methods
 from agnostic.fit import in_place, pipeline
-from agnostic.compat import jax_uneven_batches, keras_variables
+from agnostic.compat import keras_variables
 from agnostic.engines.jax import data_parallel
 from agnostic.strategies import base
 
@@ -58,14 +57,10 @@ class JaxShardedStrategy(base.Strategy):
         distribution = _distribution(keras, mesh)
         # agnostic gives each process its own part of the data (as jax-data-parallel).
         distribution.auto_shard_dataset = plan.num_processes == 1
+        wraps = data_parallel.made_again_when_frozen(model)
         in_place.compile_in(model, distribution.scope(), call)
-        data_parallel.made_again_when_frozen(model)
-        if plan.num_processes == 1:
-            pipeline.wrap(model, plan.num_replicas,
-                          scope=jax_uneven_batches.allow(distribution), even_shares=False)
-            return model
-        data_parallel.across_processes(model, plan, distribution)
-        methods.around_saves(model, lambda: _gathered(model))
+        pipeline.wrap(model, plan.num_replicas, **data_parallel.fit_under(
+            model, plan, distribution, wraps, saves=lambda: _gathered(model)))
         return model
 
 

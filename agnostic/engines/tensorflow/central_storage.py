@@ -4,7 +4,6 @@ the legacy multi_gpu_model kept the template's weights on the CPU the same
 way."""
 import logging
 
-from agnostic import methods
 from agnostic.fit import pipeline
 from agnostic.compat import tf_central_metrics
 from agnostic.engines.tensorflow import distribute
@@ -39,8 +38,9 @@ class TFCentralStorageStrategy(base.Strategy):
         def scope():
             return distribute.central_scope(strategy)
 
-        distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
-                                self.global_view)
-        methods.wrap_all(tf_central_metrics.update_in_place(model))
-        pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True)
+        wraps = distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
+                                      self.global_view)
+        wraps += tf_central_metrics.update_in_place(model)
+        pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True,
+                      wraps=wraps)
         return model

@@ -3,7 +3,7 @@
 trains under the strategy itself."""
 import contextlib
 
-from agnostic import errors, methods
+from agnostic import errors
 from agnostic.fit import batch_norm, global_batch, in_place
 from agnostic.compat import (keras_variables, step_logs, tf_central_metrics, tf_first_batch,
                              tf_on_batch)
@@ -14,7 +14,8 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     """The program's model trains under `strategy`: compiled in `scope()`,
     its state made again there, its batch normalization over the global
     batch (`sync_batch_norm`), its steps fixed where Keras needs help, and
-    (`global_view`) run over the global batch on every replica."""
+    (`global_view`) run over the global batch on every replica. Returns the
+    model's wrappers, innermost first, for pipeline.wrap to apply."""
     keras_variables.train_under(model, strategy)
     batch_norm.synchronize(model, "tensorflow", sync_batch_norm)
     metrics_scope = batch_view.first_replicas_metrics if global_view \
@@ -24,7 +25,6 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     optimizers = in_place.optimizers(model, call)
     for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
-    # The model's wrappers, innermost first, applied together below.
     wraps = gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),
                                             global_view)
     wraps += step_logs.metrics_in_place(model, summed=not global_view)
@@ -33,8 +33,8 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
         wraps += global_batch.see_the_global_batch(model, batch_view.view)
         wraps += [(model, name, _made_in(metrics_scope)) for name in global_batch.STEPS]
     wraps += tf_on_batch.split_batches(model, strategy)
-    methods.wrap_all(wraps)
     tf_first_batch.build_without_reading(model, strategy, scope)
+    return wraps
 
 
 def _placed(variable, strategy, global_view):

@@ -41,7 +41,8 @@ class TFMirroredStrategy(base.Strategy):
         if not self.sync_batch_norm:
             def scope():
                 return distribute.central_scope(strategy)
-        distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
-                                self.global_view)
-        pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True)
+        wraps = distribute.distribute(model, strategy, scope, call, self.sync_batch_norm,
+                                      self.global_view)
+        pipeline.wrap(model, self.plan.num_replicas, even_shares=False, per_replica_calls=True,
+                      wraps=wraps)
         return model

@@ -4,7 +4,7 @@ and the places where Keras's fit (3.13-3.16) needs help under it.
 """
 import warnings
 
-from agnostic import collectives, errors, methods
+from agnostic import collectives, errors
 from agnostic.fit import pipeline
 from agnostic.compat import tf_worker_logs
 from agnostic.engines.tensorflow import distribute, start
@@ -45,16 +45,16 @@ def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=Tru
     worker's step sees the global batch (agnostic/fit/global_batch.py)."""
     workers = users or strategy(plan)
     _chief_weights(workers, model)
-    distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
-                             global_view)
-    methods.wrap_all(tf_worker_logs.one_value_per_replica(model))
+    wraps = distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
+                                  global_view)
+    wraps += tf_worker_logs.one_value_per_replica(model)
     _steps_per_execution(model, plan.steps_per_execution, plan.process_id == 0)
     # TensorFlow gives each worker its part of every batch itself.
     processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                    barrier=lambda: _barrier(workers),
                                    share=collectives.tf_workers_share(workers), shards=False)
     pipeline.wrap(model, plan.num_replicas, processes=processes, even_shares=False,
-                  per_replica_calls=True)
+                  per_replica_calls=True, wraps=wraps)
     return model
 
 

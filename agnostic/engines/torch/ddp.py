@@ -14,7 +14,7 @@ import logging
 
 from agnostic.compat import torch_keras_ddp
 from agnostic.engines.torch import batch_view, combined, gradients, join, reduce
-from agnostic import collectives, methods
+from agnostic import collectives
 from agnostic.fit import batch_norm, global_batch, in_place, pipeline
 from agnostic.strategies import base
 
@@ -55,7 +55,8 @@ class TorchDDPStrategy(base.Strategy):
         if not batch_norm.synchronize(model, "torch", self.sync_batch_norm):
             wraps += combined.average_moving_statistics(model, moving, world)
         # Before the gradients' averaging wraps the optimizers: it runs first.
-        self.split_state(model, optimizers, group.rank, world)
+        # Its own wraps apply last (outermost).
+        outermost = self.split_state(model, optimizers, group.rank, world)
         wraps += gradients.average(model, world, self.multi_device, optimizers, by_keras,
                                    global_view)
         if not global_view:  # else every process's metrics hold the whole batch's
@@ -66,16 +67,18 @@ class TorchDDPStrategy(base.Strategy):
         wraps += combined.combine_layer_state(model, moving, world)
         if global_view:
             wraps += global_batch.see_the_global_batch(model, batch_view.maker(world))
-        methods.wrap_all(wraps)
+        wraps += outermost
         processes = pipeline.Processes(group.rank, world, barrier=dist.barrier,
                                        share=collectives.torch_share)
         pipeline.wrap(model, world, processes=processes, even_shares=False,
-                      per_replica_calls=True)
+                      per_replica_calls=True, wraps=wraps)
         return model
 
     def split_state(self, model, optimizers, rank, world_size):
         """Where each process keeps part of the weights and optimizer state
-        (torch-sharded); here every process keeps all of them."""
+        (torch-sharded), and the wraps that keeps them so; here every process
+        keeps all of them."""
+        return []
 
 
 def keras_version():

@@ -7,6 +7,7 @@ import atexit
 import datetime
 import logging
 import sys
+import time
 
 from agnostic import cluster
 from agnostic.cluster import torch_join
@@ -14,6 +15,9 @@ from agnostic.engines.torch import start
 from agnostic.launch import local, processes
 
 logger = logging.getLogger("agnostic")
+# How long the process waits at exit, Python's lock released, before ending
+# its group (_leave_group).
+SETTLE_SECONDS = 0.1
 
 
 def join(plan):
@@ -51,14 +55,22 @@ def _share_the_cores(threads):
 
 def _leave_group():
     """Ends the process group this strategy started, at a normal exit, while
-    the interpreter is still whole: torch's communication threads may hold
-    finished collectives, and freeing them during the interpreter's teardown
-    can abort the process ("terminate called without an active exception").
+    the interpreter is still whole.
+
+    A thread of torch's group (gloo's) frees the last collective it ran
+    after the program has its result, and freeing a tensor the program made
+    takes Python's lock: in the interpreter's teardown that thread is ended
+    instead, and its end aborts the process ("terminate called without an
+    active exception", its status -6 after its work was done: a failed pod,
+    a failed job). So the process first waits SETTLE_SECONDS with the lock
+    released (the threads finish within microseconds of the collective; the
+    rest is for a loaded machine's scheduler).
     Not after an uncaught exception or Ctrl-C: a collective may then be left
     waiting for a peer, and ending the group would wait for it too."""
     import torch.distributed as dist
 
     if getattr(sys, "last_value", None) is None and dist.is_initialized():
+        time.sleep(SETTLE_SECONDS)
         rank = dist.get_rank()
         try:
             dist.destroy_process_group()

@@ -33,15 +33,7 @@ class TorchShardedStrategy(ddp.TorchDDPStrategy):
 
     def compile(self, model, call):
         self.shards, self.weights = [], None
-        model = super().compile(model, call)
-        weights = self.weights
-        methods.wrap_method(model, "train_step", _in_steps(weights))
-        methods.around_saves(model, self._gathered)
-        # Whole again after each (every process returns from them together):
-        # outside fit a process may read the weights alone, or save on its own.
-        for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch"):
-            methods.wrap_method(model, name, _whole_after(weights))
-        return model
+        return super().compile(model, call)
 
     def split_state(self, model, optimizers, rank, world_size):
         for optimizer in optimizers:
@@ -53,6 +45,13 @@ class TorchShardedStrategy(ddp.TorchDDPStrategy):
             shards = optimizer_shards.shards_of(optimizer, rank, world_size, self.weights)
             shards.install()
             self.shards.append(shards)
+        wraps = [(model, "train_step", _in_steps(self.weights))]
+        wraps += methods.around_saves(model, self._gathered)
+        # Whole again after each (every process returns from them together):
+        # outside fit a process may read the weights alone, or save on its own.
+        wraps += [(model, name, _whole_after(self.weights))
+                  for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch")]
+        return wraps
 
     @contextlib.contextmanager
     def _gathered(self):

@@ -179,3 +179,5 @@ def test_the_programs_own_model_parallel_is_refused_not_dropped():
     assert "keras.distribution.ModelParallel over 4 device(s)" in said
     assert "Remove the set_distribution call" in said and "model.compile" in said
     assert not template.compiled  # not compiled
+    # and nothing of agnostic's left on it: a plain compile is Keras's own
+    assert "compile" not in vars(template) and "_agnostic_originals" not in vars(template)

@@ -321,3 +321,33 @@ def test_a_keras_loss_over_an_empty_share_is_zero_only_within_such_a_step():
     assert float(one_row) == pytest.approx(np.log(3), rel=1e-5)  # a row: Keras's own
     assert tuple(outside.shape) == (0,)  # Keras's own, unchanged outside such a step
     assert losses.reduce_values is keras_own  # put back: nothing left replaced
+
+
+def test_at_exit_the_group_ends_after_torchs_threads_had_python_to_themselves(monkeypatch):
+    # gloo's threads free the last collective's tensors after the program
+    # has its result, taking Python's lock; in the interpreter's teardown
+    # that aborts the process (-6 after its work was done). Ending the group
+    # first waits with the lock released: another thread runs meanwhile.
+    # (The race itself is torch's; its timing is not reproducible in a test.)
+    import threading
+
+    from agnostic.engines.torch import join
+
+    runs, stop, seen = [0], threading.Event(), []
+
+    def busy():  # wants Python's lock all the time, as a waiting thread does
+        while not stop.is_set():
+            runs[0] += 1
+
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 0)
+    monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda: seen.append(runs[0]))
+    thread = threading.Thread(target=busy)
+    thread.start()
+    try:
+        before = runs[0]
+        join._leave_group()
+    finally:
+        stop.set()
+        thread.join()
+    assert len(seen) == 1 and seen[0] > before, (before, seen)

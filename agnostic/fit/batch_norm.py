@@ -39,7 +39,8 @@ def synchronize(model, engine, synchronized=True):
     or (False) as it was made; returns whether every such layer now does."""
     from agnostic.compat import batch_norm_moments
 
-    return batch_norm_moments.synchronize(layers(model), engine, synchronized)
+    found = layers(model)
+    return batch_norm_moments.synchronize(found, engine, synchronized)
 
 
 def moving_statistics(model):

@@ -95,10 +95,12 @@ def state(model, call):
 
 def compile_in(model, scope, call, placed=None):
     """Compiles `model` inside `scope` and makes its existing state again
-    there (each variable for which `placed(variable)` is not true)."""
+    there (each variable for which `placed(variable)` is not true). Returns
+    the optimizers the model trains with (`optimizers`)."""
     with scope:
         call(model)
+        trained_with = optimizers(model, call)
         for variable in state(model, call):
             if placed is None or not placed(variable):
                 keras_variables.made_again(variable)
-    return model
+    return trained_with

@@ -16,13 +16,13 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     batch (`sync_batch_norm`), its steps fixed where Keras needs help, and
     (`global_view`) run over the global batch on every replica. Returns the
     model's wrappers, innermost first, for pipeline.wrap to apply."""
-    keras_variables.train_under(model, strategy)
     batch_norm.synchronize(model, "tensorflow", sync_batch_norm)
+    keras_variables.train_under(model, strategy)  # before compile, which reads it
     metrics_scope = batch_view.first_replicas_metrics if global_view \
         else contextlib.nullcontext
-    in_place.compile_in(model, _within(scope(), metrics_scope()), call,
-                        placed=lambda variable: _placed(variable, strategy, global_view))
-    optimizers = in_place.optimizers(model, call)
+    optimizers = in_place.compile_in(
+        model, _within(scope(), metrics_scope()), call,
+        placed=lambda variable: _placed(variable, strategy, global_view))
     for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
     wraps = gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),

@@ -118,6 +118,7 @@ def backend_agnostic_compile(
     # device, rather than half in agnostic's plan and half in Keras's.
     options = dict(gpus=gpus, cpu_merge=cpu_merge, cpu_relocation=cpu_relocation,
                    sync_batch_norm=sync_batch_norm, global_view=global_view, shard=shard)
+
     def again(model, *args, **kwargs):
         return backend_agnostic_compile(model, *args, **options, **kwargs)
 

@@ -76,7 +76,7 @@ class TorchDDPStrategy(base.Strategy):
 
     def split_state(self, model, optimizers, rank, world_size):
         """Where each process keeps part of the weights and optimizer state
-        (torch-sharded), and the wraps that keeps them so; here every process
+        (torch-sharded), and the wraps that keep them so; here every process
         keeps all of them."""
         return []
 

@@ -31,6 +31,11 @@ def num_samples(data):
     return None
 
 
+def step_data(args, kwargs):
+    """The batch a train_step or test_step call was given."""
+    return args[0] if args else kwargs.get("data")
+
+
 def check_split(what, samples, batch_size, num_replicas):
     """Raises BatchSplitError unless every batch splits over the replicas."""
     if samples is None or num_replicas < 2:

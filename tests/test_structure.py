@@ -14,8 +14,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "agnostic"
 LEAVES = {"agnostic.errors", "agnostic.methods", "agnostic.batching",
           "agnostic.collectives", "agnostic.resume.checkpoints", "agnostic.devices",
           "agnostic.launch.channel",
-          "agnostic.launch.failures", "agnostic.strategies.base",
-          "agnostic.engines.torch.reduce"}
+          "agnostic.launch.failures", "agnostic.strategies.base"}
 LAYERS = {
     "agnostic.compat": LEAVES,
     "agnostic.cluster": LEAVES,

@@ -17,6 +17,7 @@ both ends of that, and both are private:
 import contextlib
 import threading
 
+from agnostic import methods
 from agnostic.compat import versions
 
 _LOCK = threading.Lock()
@@ -145,14 +146,16 @@ def run_nodes_in(model, run_of_node):
     """Each call of `model` runs a node through `run_of_node(node)`, a
     function `run(operation, args, kwargs)`, or as Keras does where that is
     None."""
-    original = model._get_operation_for_node
+    def wrapper(original):
+        def get_operation_for_node(node):
+            operation = original(node)
+            run = run_of_node(node)
+            return operation if run is None else _Run(operation, run)
 
-    def get_operation_for_node(node):
-        operation = original(node)
-        run = run_of_node(node)
-        return operation if run is None else _Run(operation, run)
+        return get_operation_for_node
 
-    model._get_operation_for_node = get_operation_for_node
+    # On this model only, taken off as it compiles again (methods.start_again).
+    methods.wrap_method(model, "_get_operation_for_node", wrapper)
 
 
 class _Run:

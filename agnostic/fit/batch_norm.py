@@ -36,11 +36,14 @@ def layers(model):
 def synchronize(model, engine, synchronized=True):
     """Every BatchNormalization layer of `model` (nested ones included)
     normalises over the global batch on `engine` ("tensorflow" or "torch"),
-    or (False) as it was made; returns whether every such layer now does."""
+    or (False) as it was made. Returns their moving statistics (as
+    `moving_statistics`) and whether every such layer now normalises over
+    the global batch."""
     from agnostic.compat import batch_norm_moments
 
     found = layers(model)
-    return batch_norm_moments.synchronize(found, engine, synchronized)
+    moving = [variable for layer in found for variable in (layer.moving_mean, layer.moving_variance)]
+    return moving, batch_norm_moments.synchronize(found, engine, synchronized)
 
 
 def moving_statistics(model):

@@ -15,15 +15,29 @@ from agnostic.compat import keras_variables
 
 
 class CompileCall:
-    """The program's arguments to compile, passed on as given."""
+    """The program's arguments to compile, passed on as given; `before` and
+    `after`: what the strategy does to the model right before and after
+    Keras compiles it (see `around`)."""
 
-    def __init__(self, args, kwargs):
+    def __init__(self, args, kwargs, before=(), after=()):
         self.args, self.kwargs = tuple(args), dict(kwargs)
+        self.before, self.after = tuple(before), tuple(after)
 
     def __call__(self, model, **extra):
         """Keras's compile (the model's own, not the wrapper that compiles it
         through agnostic again)."""
+        for step in self.before:
+            step(model)
         methods.original(model, "compile")(*self.args, **self.kwargs, **extra)
+        for step in self.after:
+            step(model)
+
+    def around(self, before=None, after=None):
+        """This call with `before(model)` run right before Keras's compile
+        (what compile reads) and `after(model)` right after it (what compile
+        sets), wherever the strategy compiles."""
+        return CompileCall(self.args, self.kwargs, self.before + ((before,) if before else ()),
+                           self.after + ((after,) if after else ()))
 
     def objects(self, kind):
         """The instances of `kind` among the arguments, nested ones included."""
@@ -96,11 +110,13 @@ def state(model, call):
 def compile_in(model, scope, call, placed=None):
     """Compiles `model` inside `scope` and makes its existing state again
     there (each variable for which `placed(variable)` is not true). Returns
-    the optimizers the model trains with (`optimizers`)."""
+    the optimizers the model trains with (`optimizers`) and its Mean
+    trackers (`mean_trackers`), found once compiled."""
     with scope:
         call(model)
         trained_with = optimizers(model, call)
+        trackers = mean_trackers(model)
         for variable in state(model, call):
             if placed is None or not placed(variable):
                 keras_variables.made_again(variable)
-    return trained_with
+    return trained_with, trackers

@@ -28,14 +28,15 @@ def callback(model, replicas, is_chief):
 
     class CheckLayerState(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
-            self._before = _fingerprints(model) if replicas > 1 else {}
+            self._candidates = _candidates(model) if replicas > 1 else []
+            self._before = self._fingerprints()
 
         def on_train_batch_end(self, batch, logs=None):
             before, self._before = self._before, {}
             if not before:
                 return
-            changed = [name for name, print_ in _fingerprints(model).items()
-                       if name in before and print_ != before[name]]
+            changed = [name for name, print_ in self._fingerprints().items()
+                       if print_ != before[name]]
             if changed and is_chief:
                 warnings.warn(
                     f"{', '.join(changed)} changed in a training step with no declared "
@@ -44,13 +45,22 @@ def callback(model, replicas, is_chief):
                     f"not be one device's. To make it one device's, {FIX}.",
                     UserWarning, stacklevel=2)
 
+        def _fingerprints(self):
+            """{description: (sum, sum of squares)} of each candidate variable."""
+            found = {}
+            for name, variable in self._candidates:
+                value = keras.ops.cast(variable.value, "float32")
+                found[name] = tuple(float(keras.ops.convert_to_numpy(keras.ops.sum(v)))
+                                    for v in (value, keras.ops.square(value)))
+            return found
+
     return CheckLayerState()
 
 
-def _fingerprints(model):
-    """{description: (sum, sum of squares)} of each candidate variable."""
-    import keras
-
+def _candidates(model):
+    """[(description, variable)]: the non-trainable variables of `model`'s
+    layers with no declared aggregation, but for batch normalization's moving
+    statistics and the seed generators' states."""
     from agnostic.fit import batch_norm
     from agnostic.compat import keras_fit, random_draws
 
@@ -62,10 +72,5 @@ def _fingerprints(model):
         for variable in layer.non_trainable_weights:
             if id(variable) not in left_out and getattr(variable, "aggregation", None) == "none":
                 owner[id(variable)] = (layer, variable)
-    found = {}
-    for layer, variable in owner.values():
-        value = keras.ops.cast(variable.value, "float32")
-        name = f"variable {variable.path!r} of layer {layer.name!r}"
-        found[name] = tuple(float(keras.ops.convert_to_numpy(keras.ops.sum(v)))
-                            for v in (value, keras.ops.square(value)))
-    return found
+    return [(f"variable {variable.path!r} of layer {layer.name!r}", variable)
+            for layer, variable in owner.values()]

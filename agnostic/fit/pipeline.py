@@ -67,14 +67,27 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
     enter = scope or _no_scope
     enter_predict = predict_scope or enter
 
+    def arrived(method_name, original, given):
+        """Steps 1 and 2 of any method: its batches checked, then this
+        process's part of them, in `given`. Returns the rows predict keeps
+        (None: all of them)."""
+        rows = None
+        if method_name == "predict":
+            if processes.shards:  # every process predicts everything
+                return None
+            rows = batching.pad_for_predict(given, checked)
+        batching.check_call(method_name, original, checked, (), given)
+        if processes.shards:
+            sharding.take_share(method_name, given, processes.rank, processes.world,
+                                even_shares)
+        return rows
+
     def fit(original):
         def run(*args, **kwargs):
             given = batching.named_arguments(original, args, kwargs)
             if given is None:
                 return original(*args, **kwargs)  # Keras reports the wrong call
-            batching.check_call("fit", original, checked, (), given)
-            if processes.shards:
-                _shard_fit(given, processes, even_shares)
+            arrived("fit", original, given)
             _chief_only(given, processes)
             if given.get("callbacks"):
                 given["callbacks"] = backup.swap_callbacks(given["callbacks"],
@@ -100,11 +113,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
             given = batching.named_arguments(original, args, kwargs)
             if given is None or keras_fit.is_fits_validation(given):
                 return original(*args, **kwargs)  # fit's own data: done by fit
-            batching.check_call("evaluate", original, checked, (), given)
-            if processes.shards:
-                x, y = given.pop("x", None), given.pop("y", None)
-                given["x"], given["y"], _ = sharding.shard_inputs(
-                    "evaluate", x, y, given, processes.rank, processes.world, even_shares)
+            arrived("evaluate", original, given)
             _chief_only(given, processes)
             with enter():
                 return original(**given)
@@ -116,10 +125,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
             given = batching.named_arguments(original, args, kwargs)
             if given is None:
                 return original(*args, **kwargs)
-            rows = None
-            if not processes.shards:  # else every process predicts everything
-                rows = batching.pad_for_predict(given, checked)
-                batching.check_call("predict", original, checked, (), given)
+            rows = arrived("predict", original, given)
             _chief_only(given, processes)
             with enter_predict():
                 predictions = original(**given)
@@ -134,10 +140,7 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
                 if given is None or processes.shards and method_name == "predict_on_batch":
                     with enter_predict():  # every process predicts everything
                         return original(*args, **kwargs)
-                batching.check_call(method_name, original, checked, (), given)
-                if processes.shards:  # this process's part of the batch
-                    sharding.take_part(given, ("x", "y", "sample_weight"),
-                                       processes.rank, processes.world)
+                arrived(method_name, original, given)
                 if method_name != "predict_on_batch":
                     jax_on_batch.fill_sample_weight(given)
                 with enter():
@@ -154,34 +157,6 @@ def wrap(model, replicas, scope=None, processes=ONE_PROCESS, predict_scope=None,
         methods.wrap_method(model, method_name, on_batch(method_name))
     guard_files(model, processes)
     methods.wrap_all(wraps)
-
-
-def _shard_fit(given, processes, even):
-    """Step 2 for fit: validation_split cut before sharding, as one device
-    cuts it, then this process's part of the training and validation data."""
-    rank, world = processes.rank, processes.world
-    x, y = given.pop("x", None), given.pop("y", None)
-    split = given.pop("validation_split", 0.0) or 0.0
-    if split and batching.num_samples(x) is not None:
-        x, y, given["validation_data"] = sharding.split_validation(x, y, given, split)
-    batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
-    given["x"], given["y"], _ = sharding.shard_inputs("fit", x, y, given, rank, world, even)
-    validation = given.pop("validation_data", None)
-    if isinstance(validation, (list, tuple)) and validation:
-        x, y, weights = (tuple(validation) + (None, None))[:3]
-        part = {"batch_size": given.pop("validation_batch_size", None) or batch_size,
-                "sample_weight": weights}
-        x, y, part = sharding.shard_inputs("fit (validation_data)", x, y, part, rank, world,
-                                           even)
-        validation = x if sharding.is_dataset(x) else (x, y) if part.get("sample_weight") is None \
-            else (x, y, part["sample_weight"])
-        if "batch_size" in part:
-            given["validation_batch_size"] = part["batch_size"]
-    elif validation is not None:  # batches that come made: a PyDataset, a tf.data.Dataset...
-        sharded = sharding.shard_batched(validation, rank, world, even)
-        validation = validation if sharded is None else sharded
-    if validation is not None:
-        given["validation_data"] = validation
 
 
 # File-writing callbacks that only the chief runs.

@@ -96,17 +96,6 @@ def shard(what, x, others, batch_size, rank, world_size):
     return take(x, indices), [take(other, indices) for other in others]
 
 
-def shard_py_dataset(dataset, rank, world_size, even=False):
-    """A PyDataset whose batch i is process `rank`'s part of `dataset[i]`;
-    `even`: the strategy needs equal parts, checked on the first and last
-    batches before any work."""
-    for index in sorted({0, len(dataset) - 1}) if even else ():
-        first = dataset[index]
-        size = batching.num_samples(first[0] if isinstance(first, tuple) else first)
-        batching.check_split(f"PyDataset batch {index}", size, size, world_size)
-    return _sharded_class()(dataset, rank, world_size)
-
-
 def _sharded_class():
     import keras
 
@@ -143,16 +132,6 @@ def is_generator(data):
         hasattr(data, "__next__") and hasattr(data, "__iter__")
         and batching.num_samples(data) is None
     )
-
-
-def shard_batches(batches, rank, world_size, even=False):
-    """Process `rank`'s part of each batch a generator yields: every process
-    runs the same generator and keeps its share of every global batch."""
-    for index, batch in enumerate(batches):
-        if even:
-            size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
-            batching.check_split(f"generator batch {index}", size, size, world_size)
-        yield part_of(batch, rank, world_size)
 
 
 def batch_parts(arrays, batch_size, rank, world_size, shuffle=False):
@@ -204,15 +183,30 @@ def split_validation(x, y, kwargs, split):
 def shard_batched(data, rank, world, even=False):
     """Process `rank`'s part of each batch of `data`, where its batches come
     made (a PyDataset, a generator, a tf.data.Dataset, a torch DataLoader),
-    of the same kind; None for other data."""
+    of the same kind; None for other data. `even`: the strategy needs equal
+    parts, checked before any work on a PyDataset's first and last batches,
+    and on each batch a generator yields (every process runs the same
+    generator and keeps its share of every global batch)."""
+    def check(what, batch):
+        if even:
+            size = batching.num_samples(batch[0] if isinstance(batch, tuple) else batch)
+            batching.check_split(what, size, size, world)
+
+    def parts(batches):
+        for index, batch in enumerate(batches):
+            check(f"generator batch {index}", batch)
+            yield part_of(batch, rank, world)
+
     if is_dataset(data):
-        return shard_py_dataset(data, rank, world, even)
+        for index in sorted({0, len(data) - 1}):
+            check(f"PyDataset batch {index}", data[index])
+        return _sharded_class()(data, rank, world)
     if _is_tf_dataset(data):
         return _shard_tf_dataset(data, rank, world)
     if _is_torch_loader(data):
         return _shard_torch_loader(data, rank, world)
     if is_generator(data):
-        return shard_batches(data, rank, world, even)
+        return parts(data)
     return None
 
 
@@ -283,3 +277,43 @@ def shard_inputs(what, x, y, given, rank, world, even=False):
         given["sample_weight"] = weights
     given["batch_size"] = batch_size // world
     return x, y, given
+
+
+def take_share(method, given, rank, world, even=False):
+    """Process `rank`'s part of the data a call of `method` (fit, evaluate,
+    *_on_batch) was given, in `given` (its arguments by name): step 2 of
+    the fit wrapper (agnostic/fit/pipeline.py). `even`: the strategy needs
+    equal parts."""
+    if method == "fit":
+        _shard_fit(given, rank, world, even)
+    elif method.endswith("_on_batch"):
+        take_part(given, ("x", "y", "sample_weight"), rank, world)
+    else:
+        x, y = given.pop("x", None), given.pop("y", None)
+        given["x"], given["y"], _ = shard_inputs(method, x, y, given, rank, world, even)
+
+
+def _shard_fit(given, rank, world, even):
+    """fit's: validation_split cut before sharding, as one device cuts it,
+    then this process's part of the training and validation data."""
+    x, y = given.pop("x", None), given.pop("y", None)
+    split = given.pop("validation_split", 0.0) or 0.0
+    if split and batching.num_samples(x) is not None:
+        x, y, given["validation_data"] = split_validation(x, y, given, split)
+    batch_size = given.get("batch_size") or batching.DEFAULT_BATCH_SIZE
+    given["x"], given["y"], _ = shard_inputs("fit", x, y, given, rank, world, even)
+    validation = given.pop("validation_data", None)
+    if isinstance(validation, (list, tuple)) and validation:
+        x, y, weights = (tuple(validation) + (None, None))[:3]
+        part = {"batch_size": given.pop("validation_batch_size", None) or batch_size,
+                "sample_weight": weights}
+        x, y, part = shard_inputs("fit (validation_data)", x, y, part, rank, world, even)
+        validation = x if is_dataset(x) else (x, y) if part.get("sample_weight") is None \
+            else (x, y, part["sample_weight"])
+        if "batch_size" in part:
+            given["validation_batch_size"] = part["batch_size"]
+    elif validation is not None:  # batches that come made: a PyDataset, a tf.data.Dataset...
+        sharded = shard_batched(validation, rank, world, even)
+        validation = validation if sharded is None else sharded
+    if validation is not None:
+        given["validation_data"] = validation

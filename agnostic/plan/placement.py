@@ -95,13 +95,12 @@ def requested(model):
                  if node in _PLACED)
 
 
-def first_devices(model, placements):
-    """{layer name: device name of its first placed call}: where each placed
-    layer keeps its variables, as TensorFlow keeps them where it made them."""
-    from agnostic.compat import keras_nodes
-
+def first_devices(calls, placements):
+    """{layer name: device name of its first placed call}, of a model's
+    `calls` (keras_nodes.ordered_calls): where each placed layer keeps its
+    variables, as TensorFlow keeps them where it made them."""
     placed, first = dict(placements), {}
-    for label, node in keras_nodes.ordered_calls(model):
+    for label, node in calls:
         if label in placed:
             first.setdefault(node.operation.name, placed[label])
     return first

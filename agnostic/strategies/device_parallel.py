@@ -31,9 +31,23 @@ def placed_model(plan, model, compile_call, rank=0):
         return _torch_device(name) if on_torch else name
 
     placed = {call: engine_name(name) for call, name in plan.placements}
-    first = {layer: engine_name(name) for layer, name in
-             placement.first_devices(model, plan.placements).items()}
+    calls = keras_nodes.ordered_calls(model)
+    devices = {id(node): placed[call] for call, node in calls if call in placed}
+    if on_torch:
+        # An unplaced call runs on torch's default device, with its inputs
+        # moved there from a placed call's device.
+        default = _torch_default_device()
 
+        def run_of_node(node):
+            return _moved_to(devices.get(id(node), default))
+    else:
+        def run_of_node(node):
+            name = devices.get(id(node))
+            return None if name is None else _scoped(name)
+
+    keras_nodes.run_nodes_in(model, run_of_node)
+    first = {layer: engine_name(name) for layer, name in
+             placement.first_devices(calls, plan.placements).items()}
     for layer in model.layers:
         if layer.name in first:
             with keras.device(first[layer.name]):
@@ -43,24 +57,9 @@ def placed_model(plan, model, compile_call, rank=0):
                     else:
                         keras_variables.made_again(variable)
     compile_call(model)
-    devices = {id(node): placed[call] for call, node in keras_nodes.ordered_calls(model)
-               if call in placed}
     if on_torch:
-        # An unplaced call runs on torch's default device, with its inputs
-        # moved there from a placed call's device.
-        default = _torch_default_device()
-
-        def run_of_node(node):
-            return _moved_to(devices.get(id(node), default))
-
         methods.wrap_method(model, "call", _outputs_beside_inputs)
         methods.wrap_method(model.optimizer, "add_variable_from_reference", _beside_reference)
-    else:
-        def run_of_node(node):
-            name = devices.get(id(node))
-            return None if name is None else _scoped(name)
-
-    keras_nodes.run_nodes_in(model, run_of_node)
     return model
 
 

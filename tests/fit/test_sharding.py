@@ -34,7 +34,7 @@ class Batches(keras.utils.PyDataset if HAS_PYDATASET else object):
 @pytest.mark.skipif(not HAS_PYDATASET, reason="Keras 2.2 has no keras.utils.PyDataset")
 def test_a_sharded_pydataset_keeps_the_users_loading_settings():
     users = Batches()
-    shard = sharding.shard_py_dataset(users, rank=1, world_size=2)
+    shard = sharding.shard_batched(users, rank=1, world=2)
     assert isinstance(shard, keras.utils.PyDataset)
     assert (shard.workers, shard.use_multiprocessing, shard.max_queue_size) == (3, True, 7)
     assert len(shard) == 3
@@ -43,6 +43,30 @@ def test_a_sharded_pydataset_keeps_the_users_loading_settings():
     np.testing.assert_array_equal(y, users.x[6:8, 0])
     shard.on_epoch_end()
     assert users.epochs_ended == 1
+
+
+@pytest.mark.skipif(not HAS_PYDATASET, reason="Keras 2.2 has no keras.utils.PyDataset")
+def test_batches_that_come_made_are_checked_where_the_strategy_needs_equal_parts():
+    import agnostic
+
+    class Odd(Batches):  # 4 rows a batch, then 3: no equal halves
+        def __getitem__(self, index):
+            x, y = super().__getitem__(index)
+            return (x[:3], y[:3]) if index == len(self) - 1 else (x, y)
+
+    # A PyDataset: its first and last batches, before any work.
+    with pytest.raises(agnostic.BatchSplitError, match="PyDataset batch 2: batch_size=3 "):
+        sharding.shard_batched(Odd(), rank=0, world=2, even=True)
+    assert len(sharding.shard_batched(Odd(), rank=0, world=2)) == 3  # parts of any size
+    # A generator: each batch as it comes, after the ones before were taken.
+    batches = (np.arange(n, dtype="float32") for n in (4, 4, 3))
+    parts = sharding.shard_batched(batches, rank=1, world=2, even=True)
+    np.testing.assert_array_equal(next(parts), [2, 3])
+    np.testing.assert_array_equal(next(parts), [2, 3])
+    with pytest.raises(agnostic.BatchSplitError, match="generator batch 2: batch_size=3 "):
+        next(parts)
+    batches = (np.arange(n, dtype="float32") for n in (4, 3))
+    assert [len(part) for part in sharding.shard_batched(batches, rank=1, world=2)] == [2, 1]
 
 
 def test_a_batch_is_taken_in_parts_by_name():

@@ -12,7 +12,7 @@ import re
 
 from agnostic.plan import placement
 from agnostic.fit import in_place, pipeline
-from agnostic.compat import jax_uneven_batches
+from agnostic.compat import jax_uneven_batches, keras_nodes
 from agnostic.strategies import base
 
 BATCH, MODEL = "batch", "model"
@@ -29,7 +29,7 @@ class JaxModelParallelStrategy(base.Strategy):
         mesh = keras.distribution.DeviceMesh((plan.num_replicas, size), (BATCH, MODEL),
                                              devices=list(plan.devices))
         layout_map = keras.distribution.LayoutMap(mesh)
-        placed = placement.first_devices(model, plan.placements)
+        placed = placement.first_devices(keras_nodes.ordered_calls(model), plan.placements)
         for layer in model.layers:
             if layer.name not in placed:
                 continue

@@ -2,6 +2,7 @@
 (tf-mirrored, tf-central-storage, tf-multi-worker): the program's model
 trains under the strategy itself."""
 import contextlib
+import functools
 
 from agnostic import errors
 from agnostic.fit import batch_norm, global_batch, in_place
@@ -17,16 +18,16 @@ def distribute(model, strategy, scope, call, sync_batch_norm, global_view=True):
     (`global_view`) run over the global batch on every replica. Returns the
     model's wrappers, innermost first, for pipeline.wrap to apply."""
     batch_norm.synchronize(model, "tensorflow", sync_batch_norm)
-    keras_variables.train_under(model, strategy)  # before compile, which reads it
     metrics_scope = batch_view.first_replicas_metrics if global_view \
         else contextlib.nullcontext
-    optimizers = in_place.compile_in(
+    # The strategy set before compile, which reads it.
+    call = call.around(before=functools.partial(keras_variables.train_under, strategy=strategy))
+    optimizers, trackers = in_place.compile_in(
         model, _within(scope(), metrics_scope()), call,
         placed=lambda variable: _placed(variable, strategy, global_view))
     for optimizer in optimizers:
         keras_variables.optimizer_under(optimizer, strategy)
-    wraps = gradients.one_device_arithmetic(model, optimizers, in_place.mean_trackers(model),
-                                            global_view)
+    wraps = gradients.one_device_arithmetic(model, optimizers, trackers, global_view)
     wraps += step_logs.metrics_in_place(model, summed=not global_view)
     wraps += tf_central_metrics.summed_state_in_place(model)
     if global_view:

@@ -2,6 +2,7 @@
 MultiWorkerMirroredStrategy (from TF_CONFIG, made as TensorFlow is imported),
 and the places where Keras's fit (3.13-3.16) needs help under it.
 """
+import functools
 import warnings
 
 from agnostic import collectives, errors
@@ -45,10 +46,12 @@ def compile(plan, model, call, sync_batch_norm=True, users=None, global_view=Tru
     worker's step sees the global batch (agnostic/fit/global_batch.py)."""
     workers = users or strategy(plan)
     _chief_weights(workers, model)
+    # Compile sets the steps per execution: bounded right after it.
+    call = call.around(after=functools.partial(
+        _steps_per_execution, most=plan.steps_per_execution, is_chief=plan.process_id == 0))
     wraps = distribute.distribute(model, workers, workers.scope, call, sync_batch_norm,
                                   global_view)
     wraps += tf_worker_logs.one_value_per_replica(model)
-    _steps_per_execution(model, plan.steps_per_execution, plan.process_id == 0)
     # TensorFlow gives each worker its part of every batch itself.
     processes = pipeline.Processes(plan.process_id, plan.num_processes,
                                    barrier=lambda: _barrier(workers),
@@ -75,7 +78,7 @@ def _steps_per_execution(model, most, is_chief):
             "under MultiWorkerMirroredStrategy. The training is the same; callbacks' "
             "on_*_batch_* methods run after every step instead of every "
             f"{steps}th. Compile with steps_per_execution={most} to silence this.",
-            errors.StepsPerExecutionWarning, stacklevel=5)
+            errors.StepsPerExecutionWarning, stacklevel=8)  # through the compile call
 
 
 def _chief_weights(workers, model):

@@ -1,13 +1,93 @@
 """What each process computes from its own rows, combined across the
 processes (torch-ddp): batch normalization's moving statistics, a layer's
 own state, the metrics' results and a step's own logs, so that every
-process (and the saved model) holds what one device would.
+process (and the saved model) holds what one device would; and the
+collectives that combine them: torch tensors broadcast from rank 0 or
+summed across processes in buckets (one collective per bucket, not per
+tensor), the initial weights included. Gradients go through torch's
+DistributedDataParallel instead (engines.torch.gradients).
 
-Each function returns the wraps it needs, (owner, method name, wrapper)
-triples that torch-ddp applies in one place (agnostic/methods.py)."""
+Each wrapping function returns the wraps it needs, (owner, method name,
+wrapper) triples that torch-ddp applies in one place (agnostic/methods.py)."""
 from agnostic.compat import step_logs
-from agnostic.engines.torch import gradients, reduce
 from agnostic import batching, methods
+
+BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def buckets(tensors):
+    """Groups of `tensors` of one dtype each (joined in one tensor, an int32
+    seed would pass through float32 and lose its last bits), of at least
+    BUCKET_BYTES but each dtype's last."""
+    by_dtype = {}
+    for tensor in tensors:
+        by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    for same in by_dtype.values():
+        bucket, size = [], 0
+        for tensor in same:
+            bucket.append(tensor)
+            size += tensor.numel() * tensor.element_size()
+            if size >= BUCKET_BYTES:
+                yield bucket
+                bucket, size = [], 0
+        if bucket:
+            yield bucket
+
+
+def flat(bucket):
+    import torch
+
+    return torch.cat([t.detach().reshape(-1) for t in bucket])
+
+
+def unflatten_into(values, bucket):
+    offset = 0
+    for tensor in bucket:
+        count = tensor.numel()
+        tensor.copy_(values[offset:offset + count].view_as(tensor))
+        offset += count
+
+
+def broadcast(tensors):
+    """Every process gets rank 0's values of `tensors`, in place."""
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for bucket in buckets(tensors):
+            values = flat(bucket)
+            dist.broadcast(values, src=0)
+            unflatten_into(values, bucket)
+
+
+def all_reduce_sum(tensors):
+    """Every process gets the sum of `tensors` over all processes, in place.
+
+    Tensors on torch's "meta" device (Keras's symbolic build traces
+    `compute_metrics` on them before fit's first epoch) hold no values and
+    are left alone: torch's meta collective sends nothing, but draws an id
+    from Python's global `random`, which would move the order in which fit
+    shuffles a PyDataset's batches in the first epoch away from one
+    device's."""
+    import torch.distributed as dist
+
+    tensors = [tensor for tensor in tensors if not tensor.is_meta]
+    pending = []
+    for bucket in buckets(tensors):
+        values = flat(bucket)
+        pending.append((dist.all_reduce(values, async_op=True), values, bucket))
+    for work, values, bucket in pending:
+        work.wait()
+        unflatten_into(values, bucket)
+
+
+def all_reduce_mean(tensors, world_size):
+    """Every process gets the mean of `tensors` over all processes, in place."""
+    all_reduce_sum(tensors)
+    for tensor in tensors:
+        tensor.div_(world_size)
+
+
 
 
 def average_moving_statistics(model, moving, world_size):
@@ -24,7 +104,7 @@ def average_moving_statistics(model, moving, world_size):
         def run(*args, **kwargs):
             logs = train_step(*args, **kwargs)
             with torch.no_grad():
-                reduce.all_reduce_mean(statistics, world_size)
+                all_reduce_mean(statistics, world_size)
             return logs
 
         return run
@@ -56,11 +136,11 @@ def combine_layer_state(model, moving, world_size):
             logs = train_step(*args, **kwargs)
             with torch.no_grad():
                 changes = [value - old for value, old in zip(summed, before)]
-                reduce.all_reduce_sum(changes)
+                all_reduce_sum(changes)
                 for value, old, change in zip(summed, before, changes):
                     value.copy_(old + change)
-                reduce.all_reduce_mean([v.value for v in declared("mean")], world_size)
-                reduce.broadcast([v.value for v in declared("only_first_replica")])
+                all_reduce_mean([v.value for v in declared("mean")], world_size)
+                broadcast([v.value for v in declared("only_first_replica")])
             return logs
 
         return run
@@ -78,7 +158,7 @@ def aggregate_metrics(model):
             variables = [v.value for m in model.metrics for v in m.variables]
             with torch.no_grad():
                 kept = [v.detach().clone() for v in variables]
-                reduce.all_reduce_sum(variables)
+                all_reduce_sum(variables)
                 try:
                     # A count metric's result is its variable itself: keep
                     # the global value, not the one put back below.
@@ -105,12 +185,19 @@ def global_step_logs(model):
     as it is: it returns get_metrics_result, summed already."""
     import torch
 
+    steps = [name for name in step_logs.STEPS if methods.own(model, name)]
+
+    def same(one, other):
+        if not (torch.is_tensor(one) and torch.is_tensor(other)) or one.shape != other.shape:
+            return False
+        return bool(torch.equal(one.detach().to(other.device), other.detach()))
+
     def wrapper(step):
         def run(*args, **kwargs):
             logs = step(*args, **kwargs)
             if not isinstance(logs, dict):
                 return logs
-            rows = batching.num_samples(gradients.step_data(args, kwargs))
+            rows = batching.num_samples(batching.step_data(args, kwargs))
             # As Keras reads them: the compiled metrics' dict, entry by entry.
             local = step_logs.in_place(
                 {metric.name: metric.result() for metric in model.metrics}, model)
@@ -125,12 +212,12 @@ def global_step_logs(model):
                 values = [logs[key].detach().float().reshape(()) * weight if weight
                           else torch.zeros(()) for key in scalars]  # none: no NaN either
                 stacked = torch.stack(values + [torch.tensor(weight)])
-                reduce.all_reduce_sum([stacked])
+                all_reduce_sum([stacked])
                 averaged = dict(zip(scalars, stacked[:-1] / stacked[-1]))
             result = {}
             for key, value in logs.items():
                 match = key if key in local else next(
-                    (name for name, own in local.items() if _same(own, value)), None)
+                    (name for name, own in local.items() if same(own, value)), None)
                 if match is not None and match in every:
                     result[key] = every[match]
                 else:
@@ -139,13 +226,4 @@ def global_step_logs(model):
 
         return run
 
-    # Keras's own returns get_metrics_result, summed already.
-    return [(model, name, wrapper) for name in step_logs.STEPS if methods.own(model, name)]
-
-
-def _same(one, other):
-    import torch
-
-    if not (torch.is_tensor(one) and torch.is_tensor(other)) or one.shape != other.shape:
-        return False
-    return bool(torch.equal(one.detach().to(other.device), other.detach()))
+    return [(model, name, wrapper) for name in steps]

@@ -13,7 +13,7 @@ only the weights. Only the chief prints or writes files.
 import logging
 
 from agnostic.compat import torch_keras_ddp
-from agnostic.engines.torch import batch_view, combined, gradients, join, reduce
+from agnostic.engines.torch import batch_view, combined, gradients, join
 from agnostic import collectives
 from agnostic.fit import batch_norm, global_batch, in_place, pipeline
 from agnostic.strategies import base
@@ -39,7 +39,6 @@ class TorchDDPStrategy(base.Strategy):
         group = join.join(self.plan)
         world = group.world_size
         model = self.replica(model, call, group.rank)
-        reduce.broadcast([v.value for v in model.variables])
         keras_ddp = torch_keras_ddp.keras_is_data_parallel(model)
         by_keras = torch_keras_ddp.keras_averages_gradients(model)
         if by_keras:
@@ -49,22 +48,24 @@ class TorchDDPStrategy(base.Strategy):
         # itself: its processes compute on their own shares there.
         global_view = self.global_view and not keras_ddp
         optimizers = in_place.optimizers(model, call)
-        # The step's wrappers, innermost first, applied together below.
-        wraps = []
-        moving = batch_norm.moving_statistics(model)
-        if not batch_norm.synchronize(model, "torch", self.sync_batch_norm):
-            wraps += combined.average_moving_statistics(model, moving, world)
+        trackers = [] if global_view else in_place.mean_trackers(model)
+        moving, synchronized = batch_norm.synchronize(model, "torch", self.sync_batch_norm)
+        # What the processes combine, from rank 0's weights on. Under the
+        # global view every process's metrics and logs are the whole batch's.
+        combined.broadcast([v.value for v in model.variables])
+        statistics = [] if synchronized else \
+            combined.average_moving_statistics(model, moving, world)
+        layer_state = combined.combine_layer_state(model, moving, world)
+        metrics = [] if global_view or keras_ddp else combined.aggregate_metrics(model)
+        logs = [] if global_view else combined.global_step_logs(model)
         # Before the gradients' averaging wraps the optimizers: it runs first.
         # Its own wraps apply last (outermost).
         outermost = self.split_state(model, optimizers, group.rank, world)
-        wraps += gradients.average(model, world, self.multi_device, optimizers, by_keras,
-                                   global_view)
-        if not global_view:  # else every process's metrics hold the whole batch's
-            if not keras_ddp:
-                wraps += combined.aggregate_metrics(model)
-            wraps += combined.global_step_logs(model)
-        wraps += gradients.empty_shares(model)
-        wraps += combined.combine_layer_state(model, moving, world)
+        averaged = gradients.average(model, world, self.multi_device, optimizers, trackers,
+                                     by_keras, global_view)
+        # The step's wrappers, innermost first, applied by pipeline.wrap.
+        wraps = statistics + averaged + metrics + logs + gradients.empty_shares(model) \
+            + layer_state
         if global_view:
             wraps += global_batch.see_the_global_batch(model, batch_view.maker(world))
         wraps += outermost

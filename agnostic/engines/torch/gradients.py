@@ -8,9 +8,8 @@ triples, in one place (agnostic/methods.py).
 import logging
 
 from agnostic import batching, errors, methods
-from agnostic.fit import in_place
 from agnostic.compat import torch_empty_share, torch_keras_ddp, torch_variables
-from agnostic.engines.torch import reduce
+from agnostic.engines.torch import combined
 
 logger = logging.getLogger("agnostic")
 
@@ -25,26 +24,24 @@ def _grad(variable):
     return torch_variables.parameter(variable).grad
 
 
-def step_data(args, kwargs):
-    """The batch a train_step or test_step call was given."""
-    return args[0] if args else kwargs.get("data")
-
-
-def average(model, world_size, multi_device=False, optimizers=(), by_keras=False,
+def average(model, world_size, multi_device=False, optimizers=(), trackers=(), by_keras=False,
             global_view=False):
     """Each training step's gradients averaged over the processes: torch's
     DistributedDataParallel while backward runs, when the step calls the
     model (compat.torch_keras_ddp); else when an optimizer the model trains
-    with (`optimizers`: the model's, a GAN's own) gets them. `by_keras`:
-    Keras averages them itself; only each share's weight is added, to the
-    loss its train_step scales. `global_view`: every process's step sees the
-    whole batch (agnostic/fit/global_batch.py), so each share weighs the same."""
+    with (`optimizers`: the model's, a GAN's own) gets them. `trackers`: the
+    model's Mean trackers (in_place.mean_trackers), whose updates in a step
+    are weighted by this process's share. `by_keras`: Keras averages them
+    itself; only each share's weight is added, to the loss its train_step
+    scales. `global_view`: every process's step sees the whole batch
+    (agnostic/fit/global_batch.py), so each share weighs the same (and the
+    trackers are left alone)."""
     steps = GradientSteps(model, world_size, multi_device, global_view)
     steps.warned = by_keras  # Keras's own step averages: nothing to warn of
 
     def step(train_step):
         def run(*args, **kwargs):
-            data = step_data(args, kwargs)
+            data = batching.step_data(args, kwargs)
             return steps.run(lambda: train_step(*args, **kwargs), data)
 
         return run
@@ -64,7 +61,7 @@ def average(model, world_size, multi_device=False, optimizers=(), by_keras=False
 
     def test_step(original):
         def run(*args, **kwargs):
-            data = step_data(args, kwargs)
+            data = batching.step_data(args, kwargs)
             return steps.counted(lambda: original(*args, **kwargs), data, early=False)
 
         return run
@@ -72,7 +69,7 @@ def average(model, world_size, multi_device=False, optimizers=(), by_keras=False
     wraps = [(model, "train_step", step), (model, "test_step", test_step)]
     if not global_view:
         wraps += [(tracker, "update_state", steps.weighted_update)
-                  for tracker in in_place.mean_trackers(model)]
+                  for tracker in trackers]
     if not by_keras:
         wraps.append((model, "forward", steps.forward))
     # A loss-scale optimizer averages before its inner one sees the gradients.
@@ -235,7 +232,9 @@ class GradientSteps:
             if weight != 1.0:
                 for gradient in present:
                     gradient.mul_(weight)
-            reduce.all_reduce_mean(present, self.world_size)
+            combined.all_reduce_sum(present)
+            for gradient in present:  # the mean
+                gradient.div_(self.world_size)
 
     def _without_parallel(self, variables):
         """Some weight got no gradient (a model output that no loss uses, say):
@@ -272,7 +271,7 @@ def empty_shares(model):
     takes its step with losses of 0 (compat.torch_empty_share)."""
     def wrapper(step):
         def run(*args, **kwargs):
-            rows = batching.num_samples(step_data(args, kwargs))
+            rows = batching.num_samples(batching.step_data(args, kwargs))
             with torch_empty_share.when(rows == 0):
                 return step(*args, **kwargs)
 

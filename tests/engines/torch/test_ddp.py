@@ -16,7 +16,7 @@ keras = engine_or_skip()
 torch = pytest.importorskip("torch")
 
 from agnostic.compat import torch_keras_ddp, versions  # noqa: E402
-from agnostic.engines.torch import reduce as torch_reduce  # noqa: E402
+from agnostic.engines.torch import combined as torch_reduce  # noqa: E402
 
 SCRIPT = os.path.join("tests", "scripts", "processes.py")
 SCENARIO = os.path.join("tests", "scripts", "scenario.py")

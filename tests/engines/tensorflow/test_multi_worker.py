@@ -91,6 +91,9 @@ def test_several_steps_per_execution_run_one_per_call_said_once(tmp_path):
     assert_same_history(plain, agnostic)
     assert [err.count("StepsPerExecutionWarning") for err in stderr] == [1, 0]
     assert "not steps_per_execution=4" in stderr[0]
+    # Said at the program's compile line (the harness's call), not in agnostic.
+    said = next(line for line in stderr[0].splitlines() if "StepsPerExecutionWarning" in line)
+    assert said.split(":")[0].endswith("harness.py"), said
 
 
 def test_the_fit_guides_step_reports_one_device_numbers_after_each_batch(tmp_path):

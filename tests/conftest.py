@@ -60,6 +60,25 @@ def cpu_devices():
     return int(os.environ.get("AGNOSTIC_CPU_DEVICES", "0") or 0)
 
 
+def scikit_learn_beside():
+    """The folder beside the environment where tox installs scikit-learn and
+    its dependencies (AGNOSTIC_TEST_SCIKIT_LEARN; tox.ini's [digits] and
+    [example]), when it holds them; else "" (scikit-learn, if any, is
+    installed in the environment)."""
+    folder = os.environ.get("AGNOSTIC_TEST_SCIKIT_LEARN", "")
+    return folder if os.path.isdir(os.path.join(folder, "sklearn")) else ""
+
+
+def with_scikit_learn(environ):
+    """`environ` for a user's script that imports scikit-learn: the folder
+    beside the environment first on its path, where there is one."""
+    beside = scikit_learn_beside()
+    if beside:
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [beside,
+                                                             environ.get("PYTHONPATH")]))
+    return environ
+
+
 def run_python(code, env=None, timeout=300):
     """Runs `code` in a fresh interpreter; returns the JSON its last line prints."""
     environ = dict(os.environ)

@@ -15,6 +15,7 @@ import types
 import pytest
 
 from agnostic import cli, errors
+from agnostic.cluster import listen
 from agnostic.launch import nodes, output, processes, rendezvous, settings
 from tests.conftest import ROOT, cpu_devices
 
@@ -289,13 +290,27 @@ def test_master_in_either_form(launched, argv):
     assert launched[0][1] == settings.Settings(1, 1, 0, "10.0.0.1", 29500)
 
 
-def test_standalone_picks_a_free_master_port(launched):
-    assert cli.main(["launch", "--standalone", "--nproc-per-node", "2", "train.py"]) == 0
+def test_standalone_picks_a_free_master_port(launched, monkeypatch):
+    # The first free port offered has the port after it (torch's store) taken,
+    # here by a real listener: it is passed over. (Whether a port is still free
+    # once chosen is not checked: another test's process may take it by then.)
+    real, asked = processes.free_port, []
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        offered = [taken.getsockname()[1] - 1]
+        monkeypatch.setattr(processes, "free_port",
+                            lambda: offered.pop() if offered else real())
+        held = listen.held
+        monkeypatch.setattr(listen, "held", lambda host, port: asked.append(port) or held(
+            host, port))
+        assert cli.main(["launch", "--standalone", "--nproc-per-node", "2", "train.py"]) == 0
+        passed_over = taken.getsockname()[1] - 1
     chosen = launched[0][1]
     assert chosen.host == "127.0.0.1" and chosen.nproc == 2 and chosen.nnodes == 1
-    for port in (chosen.port + 1, chosen.port + 2):  # torch's store, JAX's coordinator
-        with socket.socket() as probe:
-            probe.bind(("", port))
+    assert chosen.port != passed_over and passed_over + 1 in asked
+    # torch's store and JAX's coordinator: found free as the port was chosen.
+    assert asked[-2:] == [chosen.port + 1, chosen.port + 2]
 
 
 @pytest.fixture

@@ -104,15 +104,22 @@ def test_the_template_gets_the_trained_weights_and_fit_is_keras_own():
 
 @KERAS_3
 def test_the_innermost_placement_wins_and_a_returned_model_keeps_its_placements():
+    from keras.src.ops import node  # Keras's own class, checked as it is
+
+    init = node.Node.__init__
     input_a = keras.Input((6,))
+    hidden = keras.layers.Dense(4, name="before")(input_a)
     with agnostic.device(0):
-        hidden = keras.layers.Dense(4, name="outer")(input_a)
+        hidden = keras.layers.Dense(4, name="outer")(hidden)
         with agnostic.device(1):
-            output = keras.layers.Dense(1, name="inner")(hidden)
+            hidden = keras.layers.Dense(3, name="inner")(hidden)
+            assert node.Node.__init__ is init  # nothing of Keras's is replaced
+        hidden = keras.layers.Dense(2, name="outer_again")(hidden)
+    output = keras.layers.Dense(1, name="after")(hidden)
     template = keras.Model(input_a, output)
     plan = agnostic.resolve(model=template)
     assert [(call, plan.devices.index(name)) for call, name in plan.placements] == [
-        ("outer:0", 0), ("inner:0", 1)]
+        ("outer:0", 0), ("inner:0", 1), ("outer_again:0", 0)]
     model, _ = compile_placed(template)
     assert agnostic.resolve(model=model).placements == plan.placements
 

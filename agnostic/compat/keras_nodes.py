@@ -6,8 +6,8 @@ active while the model was built is forgotten. Device parallelism needs
 both ends of that, and both are private:
 
 - recording: each call of a layer or operation on symbolic inputs makes a
-  graph node (`keras.src.ops.node.Node`); while agnostic.device() is active,
-  its `__init__` is wrapped to say which nodes were made;
+  graph node (`keras.src.ops.node.Node`); those made while agnostic.device()
+  was active are found, as it ends, among the interpreter's objects;
 - running: `_run_through_graph` asks `self._get_operation_for_node(node)`
   for what to call at each node; this model's own override returns the
   operation run in its node's device scope.
@@ -15,13 +15,15 @@ both ends of that, and both are private:
 `check()` fails naming the Keras version when either moves.
 """
 import contextlib
+import gc
 import threading
+import weakref
 
 from agnostic import methods
 from agnostic.compat import versions
 
 _LOCK = threading.Lock()
-_RECORDERS = []  # the callbacks of the active recordings, innermost last
+_RECORDED = weakref.WeakSet()  # the nodes a recording has taken
 
 
 def check():
@@ -70,7 +72,7 @@ def probe(keras):
     with recording(made.append):
         outputs = layer(inputs)
     versions.expect([node.operation for node in made] == [layer],
-                    "keras.src.ops.node.Node.__init__ for each layer call on symbolic inputs")
+                    "keras.src.ops.node.Node, one for each layer call on symbolic inputs")
     model = keras.Model(inputs, outputs)
     versions.expect([label for label, _ in ordered_calls(model)] == [f"{layer.name}:0"],
                     "Functional._nodes_by_depth (the model's layer calls)")
@@ -89,29 +91,27 @@ def probe(keras):
 @contextlib.contextmanager
 def recording(on_node):
     """Calls `on_node(node)` for every graph node made (by a layer or an
-    operation called on symbolic tensors) while this is active; the
-    innermost recording only."""
+    operation called on symbolic tensors) while this is active, as it ends;
+    the innermost recording only. Nothing of Keras's is replaced: the nodes
+    are found among the interpreter's objects (`gc`), those there before it
+    began left out, and those an inner recording took."""
     from keras.src.ops import node as node_lib
 
-    with _LOCK:
-        if not _RECORDERS:
-            original = node_lib.Node.__init__
-
-            def __init__(self, *args, **kwargs):
-                original(self, *args, **kwargs)
-                for recorder in _RECORDERS[-1:]:
-                    recorder(self)
-
-            __init__._agnostic_original = original
-            node_lib.Node.__init__ = __init__
-        _RECORDERS.append(on_node)
+    before = _nodes(node_lib.Node)
     try:
         yield
     finally:
         with _LOCK:
-            _RECORDERS.remove(on_node)
-            if not _RECORDERS:
-                node_lib.Node.__init__ = node_lib.Node.__init__._agnostic_original
+            made = [node for node in _nodes(node_lib.Node)
+                    if node not in before and node not in _RECORDED]
+            _RECORDED.update(made)
+        for node in made:
+            on_node(node)
+
+
+def _nodes(node_class):
+    """Every graph node alive now, held weakly."""
+    return weakref.WeakSet(filter(node_class.__instancecheck__, gc.get_objects()))
 
 
 def ordered_calls(model):

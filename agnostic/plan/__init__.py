@@ -96,6 +96,13 @@ class Plan:
     # The most training steps per call into the engine, where the strategy
     # cannot run the program's steps_per_execution (tf-multi-worker: 1).
     steps_per_execution: Optional[int] = dataclasses.field(default=None, compare=False)
+    # torch, from the model: who averages each training step's gradients
+    # over the processes, "keras" (3.16's trainer under DistributedDataParallel
+    # itself, with Keras's own train_step) or "agnostic"; and whether Keras
+    # sums the metrics over the processes itself (3.16). None and False
+    # elsewhere, and without a model.
+    gradients_by: Optional[str] = dataclasses.field(default=None, compare=False)
+    keras_ddp: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def starts_processes(self):
@@ -177,6 +184,7 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
     job = cluster.job(backend)
     plan = decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placement.requested(model))
+    plan = per_process.averaging(plan, model)
     return shards.sharded(plan) if shard is True else plan
 
 

@@ -11,6 +11,7 @@ tests/ray/train_job.py is the Ray driver, or the one-device reference. This
 process imports neither Keras nor Ray. Runs in the tox environment `ray`.
 """
 import collections
+import concurrent.futures
 import glob
 import json
 import os
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests import models
-from tests.conftest import ROOT
+from tests.conftest import ROOT, with_scikit_learn
 
 JOB = os.path.join("tests", "ray", "train_job.py")
 WORKERS = 2
@@ -35,6 +36,18 @@ CLEARED = ("KERAS_BACKEND", "AGNOSTIC_CPU_DEVICES", "TF_CONFIG", "RANK", "WORLD_
            "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
            "KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
            "KERAS_DISTRIBUTION_PROCESS_ID", "RAY_ADDRESS")
+
+# The runs that ask for CPU devices in the driver's environment: on
+# TensorFlow, the one whose function makes its own strategy (each run starts
+# a Ray cluster, about 30 s on 2 cores).
+CPU_DEVICES = {"AGNOSTIC_CPU_DEVICES": "2"}
+CPU_DEVICES_WAY = {"torch": "ray", "tensorflow": "ray-own-strategy"}
+
+# Every run the tests below ask for, the longest first.
+RUNS = [("ray", "torch", ()), ("ray", "tensorflow", ()),
+        ("ray-own-strategy", "tensorflow", tuple(CPU_DEVICES.items())),
+        ("ray", "torch", tuple(CPU_DEVICES.items())),
+        ("one-device", "torch", ()), ("one-device", "tensorflow", ())]
 
 Job = collections.namedtuple("Job", "returncode stdout stderr folder")
 
@@ -49,6 +62,7 @@ def run_job(way, engine, folder, **variables):
     # start-up hook imports it as a worker starts, before Ray puts the
     # driver's folders on the worker's path.
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, environ.get("PYTHONPATH")]))
+    environ = with_scikit_learn(environ)  # the job reads scikit-learn's digits
     environ["RAY_USAGE_STATS_ENABLED"] = "0"
     environ.update(variables)
     process = subprocess.Popen(
@@ -72,14 +86,24 @@ def run_job(way, engine, folder, **variables):
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    """job(way, engine, **variables): each run once for the whole module."""
+    """job(way, engine, **variables): each run once for the whole module. The
+    module's runs (RUNS) are made as the first is asked for, two at a time:
+    a Ray job leaves about a third of 2 cores idle, and two local clusters
+    side by side each take ports of their own."""
     done = {}
+
+    def make(way, engine, variables):
+        folder = tmp_path_factory.mktemp(f"{way}-{engine}")
+        return run_job(way, engine, folder, **dict(variables))
 
     def job(way, engine, **variables):
         key = (way, engine, tuple(sorted(variables.items())))
+        if not done:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                runs = {run: pool.submit(make, *run) for run in RUNS}
+            done.update((run, future.result()) for run, future in runs.items())
         if key not in done:
-            folder = tmp_path_factory.mktemp(f"{way}-{engine}")
-            done[key] = run_job(way, engine, folder, **variables)
+            done[key] = make(*key)
         return done[key]
 
     return job
@@ -168,8 +192,8 @@ def test_a_function_with_its_own_multi_worker_strategy_trains_in_it(jobs):
     # Written as Ray's TensorFlow guide writes it: the function makes a
     # MultiWorkerMirroredStrategy from Ray's TF_CONFIG and builds and compiles
     # the model in its scope. agnostic trains under that strategy, not a
-    # second one of its own.
-    probes = check_like_one_device(jobs("ray-own-strategy", "tensorflow"),
+    # second one of its own. (This run also asks for CPU devices: below.)
+    probes = check_like_one_device(jobs("ray-own-strategy", "tensorflow", **CPU_DEVICES),
                                    jobs("one-device", "tensorflow"))
     check_joined(probes, "tensorflow")
     for probe in probes.values():
@@ -182,7 +206,7 @@ def test_cpu_devices_asked_in_the_drivers_environment(jobs, engine):
     # in a shell that ran them) reaches the workers of a local cluster, so
     # agnostic starts in them before Ray has set TF_CONFIG or the rank
     # variables. They must still join Ray's job.
-    job = jobs("ray", engine, AGNOSTIC_CPU_DEVICES="2")
+    job = jobs(CPU_DEVICES_WAY[engine], engine, **CPU_DEVICES)
     probes = check_like_one_device(job, jobs("one-device", engine))
     check_joined(probes, engine)
     assert {probe["variables"]["AGNOSTIC_CPU_DEVICES"] for probe in probes.values()} == {"2"}

@@ -20,6 +20,7 @@ import agnostic  # noqa: E402
 
 SCRIPT = jobs.CHECKPOINTS
 KERAS3 = models.is_keras3(keras)
+ENGINE = keras.backend.backend()
 # The reduced suite each other tested Keras version runs (tox.ini).
 VERSIONS = pytest.mark.keras_versions
 
@@ -109,9 +110,13 @@ def final_weights(folder):
 
 if KERAS3:  # Keras 2.2 (keras-mxnet) has no BackupAndRestore
 
-    @pytest.mark.parametrize("kill", [pytest.param({"KILL": "2:3"}, marks=VERSIONS),
-                                      {"KILL_IN_WRITE": "3"}],
-                             ids=["mid-epoch", "mid-write"])
+    # Killed as the chief publishes a backup (the rename of a complete file,
+    # agnostic's own on every engine): on torch, where it dies with a peer
+    # still running.
+    KILLS = [pytest.param({"KILL": "2:3"}, marks=VERSIONS, id="mid-epoch")] + (
+        [pytest.param({"KILL_IN_WRITE": "3"}, id="mid-write")] if ENGINE == "torch" else [])
+
+    @pytest.mark.parametrize("kill", KILLS)
     def test_a_killed_run_resumes_from_its_last_backup(kill, tmp_path):
         whole, broken = tmp_path / "whole", tmp_path / "broken"
         whole.mkdir(), broken.mkdir()

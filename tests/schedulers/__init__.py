@@ -1,11 +1,14 @@
 """Real schedulers for tests: a local SLURM cluster (`slurm`) and Open MPI's mpirun (`openmpi`).
 
-Both are installed with apt-get when missing (root only). The two helpers here are shared by them.
+Both are installed with apt-get when missing (root only). The helpers here are shared by them.
 """
+import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -15,9 +18,25 @@ def find_command(name):
     return shutil.which(name) or shutil.which(name, path=SYSTEM_PATH)
 
 
+@contextlib.contextmanager
+def machine_lock(name):
+    """Held by one test process of this machine at a time (pytest's workers
+    share the machine's package manager and /etc/hosts)."""
+    with open(os.path.join(tempfile.gettempdir(), f"agnostic-tests-{name}.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield  # released as the file closes
+
+
 def apt_install(package, commands):
     """Installs the Debian `package` unless all of `commands` are already there."""
     if all(find_command(name) for name in commands):
+        return
+    with machine_lock("apt"):
+        _apt_install(package, commands)
+
+
+def _apt_install(package, commands):
+    if all(find_command(name) for name in commands):  # installed meanwhile
         return
     if os.geteuid() != 0:
         raise RuntimeError(

@@ -4,7 +4,8 @@
         result = cluster.run(["srun", "-N2", "-n2", "hostname"])
 
 No munge (auth/none) and no cgroups (proctrack/linuxproc, task/none), so it runs in a container.
-Ports are picked free, so two clusters can run side by side.
+Ports are picked free, and each of pytest's workers numbers its cluster's jobs from a first id of
+its own (agnostic derives a job's ports from its id), so clusters can run side by side.
 """
 import contextlib
 import os
@@ -16,7 +17,7 @@ import tempfile
 import time
 
 from agnostic.launch.processes import free_ports
-from tests.schedulers import apt_install, find_command, run
+from tests.schedulers import apt_install, find_command, machine_lock, run
 
 COMMANDS = ("slurmctld", "slurmd", "srun", "sbatch", "sinfo")
 NODES = ("n1", "n2")
@@ -30,6 +31,7 @@ HOSTS_MARK = "# local SLURM cluster of the tests in"
 CONFIG = """\
 ClusterName=agnostic
 SlurmctldHost=localhost(127.0.0.1)
+FirstJobId={first_job_id}
 SlurmctldPort={controller_port}
 SlurmUser=root
 SlurmdUser=root
@@ -127,7 +129,15 @@ def _write_config(folder, conf):
         os.makedirs(os.path.join(folder, path))
     ports = dict(zip(["controller_port", "n1_port", "n2_port"], free_ports(3)))
     with open(conf, "w") as handle:
-        handle.write(CONFIG.format(folder=folder, **ports))
+        handle.write(CONFIG.format(folder=folder, first_job_id=first_job_id(), **ports))
+
+
+def first_job_id():
+    """1 for pytest's first worker (or none), 5001 for the second, ...: the ports agnostic derives
+    from a job's id (agnostic.cluster.job_port, over 20,000 ids) differ between side-by-side
+    clusters."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    return 1 + 5000 * (int(worker) % 4 if worker.isdigit() else 0)
 
 
 def _wait_until_idle(cluster, daemons, timeout):
@@ -186,14 +196,15 @@ def _add_hosts_line(folder):
     """Makes n1 and n2 resolve (a job's first node is its coordinator): returns the line added
     to /etc/hosts, or None where they resolve without the line of another test cluster (that
     line goes when that cluster stops, so each cluster adds its own, named by its folder)."""
-    with open(HOSTS_FILE) as handle:
-        text = handle.read()
-    if HOSTS_MARK not in text and _resolves(NODES):
-        return None
-    line = f"127.0.0.1 {' '.join(NODES)} {HOSTS_MARK} {folder}\n"
-    with open(HOSTS_FILE, "a") as handle:
-        handle.write(("" if text.endswith("\n") or not text else "\n") + line)
-    return line
+    with machine_lock("hosts"):
+        with open(HOSTS_FILE) as handle:
+            text = handle.read()
+        if HOSTS_MARK not in text and _resolves(NODES):
+            return None
+        line = f"127.0.0.1 {' '.join(NODES)} {HOSTS_MARK} {folder}\n"
+        with open(HOSTS_FILE, "a") as handle:
+            handle.write(("" if text.endswith("\n") or not text else "\n") + line)
+        return line
 
 
 def _resolves(names):
@@ -207,10 +218,11 @@ def _resolves(names):
 
 def _remove_hosts_line(line):
     """Removes `line`, and the lines of clusters whose folder is gone (a killed test run)."""
-    with open(HOSTS_FILE) as handle:
-        lines = handle.read().splitlines(keepends=True)
-    kept = [other for other in lines if other != line and not (
-        HOSTS_MARK in other and not os.path.exists(other.split(HOSTS_MARK)[1].strip()))]
-    # Rewritten in place: /etc/hosts is often a bind mount that cannot be replaced.
-    with open(HOSTS_FILE, "w") as handle:
-        handle.write("".join(kept))
+    with machine_lock("hosts"):
+        with open(HOSTS_FILE) as handle:
+            lines = handle.read().splitlines(keepends=True)
+        kept = [other for other in lines if other != line and not (
+            HOSTS_MARK in other and not os.path.exists(other.split(HOSTS_MARK)[1].strip()))]
+        # Rewritten in place: /etc/hosts is often a bind mount that cannot be replaced.
+        with open(HOSTS_FILE, "w") as handle:
+            handle.write("".join(kept))

@@ -12,7 +12,6 @@ only the weights. Only the chief prints or writes files.
 """
 import logging
 
-from agnostic.compat import torch_keras_ddp
 from agnostic.engines.torch import batch_view, combined, gradients, join
 from agnostic import collectives
 from agnostic.fit import batch_norm, global_batch, in_place, pipeline
@@ -39,8 +38,9 @@ class TorchDDPStrategy(base.Strategy):
         group = join.join(self.plan)
         world = group.world_size
         model = self.replica(model, call, group.rank)
-        keras_ddp = torch_keras_ddp.keras_is_data_parallel(model)
-        by_keras = torch_keras_ddp.keras_averages_gradients(model)
+        # Decided by the plan, from the model: who averages the gradients.
+        keras_ddp = self.plan.keras_ddp
+        by_keras = self.plan.gradients_by == "keras"
         if by_keras:
             logger.info("Keras %s trains under DistributedDataParallel itself; "
                         "its gradient averaging is used.", keras_version())

@@ -15,6 +15,7 @@ from tests.conftest import ROOT, alive, engine_or_skip, run_script
 keras = engine_or_skip()
 torch = pytest.importorskip("torch")
 
+import agnostic  # noqa: E402
 from agnostic.compat import torch_keras_ddp, versions  # noqa: E402
 from agnostic.engines.torch import combined as torch_reduce  # noqa: E402
 
@@ -297,6 +298,11 @@ def test_who_averages_follows_the_keras_version():
     own = OwnStep(inputs, keras.layers.Dense(1)(inputs))
     assert torch_keras_ddp.keras_is_data_parallel(own) is keras_does
     assert torch_keras_ddp.keras_averages_gradients(own) is False
+    # The plan says so, decided once from the model, and torch-ddp reads it.
+    for model, by in ((template, "keras" if keras_does else "agnostic"), (own, "agnostic")):
+        chosen = agnostic.resolve(gpus=2, model=model)
+        assert (chosen.gradients_by, chosen.keras_ddp) == (by, keras_does)
+    assert agnostic.resolve(gpus=2).gradients_by is None  # no model: nothing to say
 
 
 def test_a_keras_loss_over_an_empty_share_is_zero_only_within_such_a_step():

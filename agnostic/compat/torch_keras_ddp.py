@@ -56,6 +56,15 @@ def keras_is_data_parallel(model):
     return "ddp_model" in vars(model)
 
 
+def who_averages(model):
+    """("keras", True) where this Keras averages the gradients of `model`'s
+    training steps (its own wrapper, and the model's class keeps Keras's
+    train_step); else ("agnostic", whether Keras still sums the metrics)."""
+    if not keras_is_data_parallel(model):
+        return "agnostic", False
+    return ("agnostic" if methods.own(model, "train_step") else "keras"), True
+
+
 def keras_averages_gradients(model):
     """Whether Keras averages the gradients of `model`'s training steps: its
     own wrapper, and the model's class keeps Keras's train_step."""

@@ -184,7 +184,13 @@ def resolve(gpus: Optional[Union[int, Sequence[int]]] = None, cpu_relocation: bo
     job = cluster.job(backend)
     plan = decide(backend, devices_lib.list_devices(backend, job), gpus, job, cpu_relocation,
                   placement.requested(model))
-    plan = per_process.averaging(plan, model)
+    if backend == "torch" and model is not None:
+        # Who averages the gradients over the processes, and whether Keras
+        # sums the metrics itself: decided by the model's class and Keras.
+        from agnostic.compat import torch_keras_ddp
+
+        by, keras_ddp = torch_keras_ddp.who_averages(model)
+        plan = dataclasses.replace(plan, gradients_by=by, keras_ddp=keras_ddp)
     return shards.sharded(plan) if shard is True else plan
 
 

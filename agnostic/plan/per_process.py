@@ -1,8 +1,7 @@
 """What the plan decides per process: the engine's threads where several
 processes share a machine's cores, the processes per node a scheduler may
 start beside the node's accelerators, the device index of each process
-agnostic starts, how a job's process joins its engine (`Joining`), and who
-averages torch's gradients."""
+agnostic starts, and how a job's process joins its engine (`Joining`)."""
 import dataclasses
 import os
 from typing import Optional, Tuple
@@ -42,20 +41,6 @@ def threads(plan, listing, environment):
            f"{cores} core(s) shared by {local} processes on this machine")
     return dataclasses.replace(plan, threads=threads, threads_reason=(
         f"{threads} per process ({why}; set OMP_NUM_THREADS to choose){turns}"))
-
-
-def averaging(plan, model):
-    """Who averages the gradients over torch's processes, and whether Keras
-    sums the metrics itself, for `model` (compat.torch_keras_ddp): Keras
-    where it trains under DistributedDataParallel itself and the model
-    keeps Keras's train_step, agnostic otherwise."""
-    if plan.backend != "torch" or model is None:
-        return plan
-    from agnostic.compat import torch_keras_ddp
-
-    by_keras = torch_keras_ddp.keras_averages_gradients(model)
-    return dataclasses.replace(plan, gradients_by="keras" if by_keras else "agnostic",
-                               keras_ddp=torch_keras_ddp.keras_is_data_parallel(model))
 
 
 def check_tasks_per_node(backend, listing, environment):

@@ -66,9 +66,8 @@ def who_averages(model):
 
 
 def keras_averages_gradients(model):
-    """Whether Keras averages the gradients of `model`'s training steps: its
-    own wrapper, and the model's class keeps Keras's train_step."""
-    return keras_is_data_parallel(model) and not methods.own(model, "train_step")
+    """Whether Keras averages the gradients of `model`'s training steps."""
+    return who_averages(model)[0] == "keras"
 
 
 def parallel_forward(model, bucket_mb, multi_device=False):

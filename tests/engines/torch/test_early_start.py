@@ -1,8 +1,9 @@
 """The shim's torch workers start as torch is imported, import beside rank 0
 and run the script at the compile line (agnostic/launch/early.py), training
 as workers started at the compile line do; what is not needed runs nothing.
-Real processes on simulated CPU devices (AGNOSTIC_CPU_DEVICES, the torch
-environment's 4)."""
+Real processes on simulated CPU devices (AGNOSTIC_CPU_DEVICES): 2, one
+worker started early, where a test needs no more; 4 where it checks what
+becomes of the workers a plan does not use."""
 import glob
 import json
 import os
@@ -18,10 +19,11 @@ keras = engine_or_skip()
 SCRIPT = os.path.join("tests", "scripts", "early.py")
 
 
-def run(folder, *arguments, module=False, **variables):
+def run(folder, *arguments, module=False, devices=2, **variables):
     """The script started as users start it (`python early.py`, or `-m`),
-    with the test's folder as its temp dir: (result, the records by rank)."""
-    env = dict(os.environ, TMPDIR=str(folder), AGNOSTIC_CPU_DEVICES="4",
+    with the test's folder as its temp dir, on `devices` simulated CPU
+    devices: (result, the records by rank)."""
+    env = dict(os.environ, TMPDIR=str(folder), AGNOSTIC_CPU_DEVICES=str(devices),
                AGNOSTIC_START_EARLY="1")
     env.update(variables)
     start = ["-m", "tests.scripts.early"] if module else [SCRIPT]
@@ -41,7 +43,7 @@ def weights(record):
 def test_workers_start_with_torch_and_train_as_those_started_at_the_compile_line(tmp_path):
     (tmp_path / "early").mkdir()
     (tmp_path / "late").mkdir()
-    result, early = run(tmp_path / "early", 2, module=True)
+    result, early = run(tmp_path / "early", 2, module=True, devices=4)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(early) == [0, 1]
     # Rank 1 was started before rank 0 reached the compile line, waited, and
@@ -52,7 +54,7 @@ def test_workers_start_with_torch_and_train_as_those_started_at_the_compile_line
     # Of the 3 started for 4 devices, the one gpus=2 needs runs: the others
     # were stopped at the compile line.
     assert early[0]["children"] == [early[1]["pid"]]
-    result, late = run(tmp_path / "late", 2, AGNOSTIC_START_EARLY="0")
+    result, late = run(tmp_path / "late", 2, AGNOSTIC_START_EARLY="0", devices=4)
     assert result.returncode == 0, result.stderr[-3000:]
     assert late[1]["started"] > late[0]["compile"] and not late[1]["waited"]
     for a, b in zip(weights(early[0]), weights(late[0])):
@@ -71,7 +73,7 @@ def test_a_plan_of_one_process_runs_the_script_once(tmp_path):
 
 
 def test_a_program_that_never_compiles_runs_once_and_leaves_nothing(tmp_path):
-    result, records = run(tmp_path, 2, "no-compile")
+    result, records = run(tmp_path, 2, "no-compile", devices=4)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(records) == [0]
     waiting = records[0]["children"]

@@ -51,7 +51,8 @@ ENTRIES = (
     Entry("tf_collective_keys", "Each MirroredStrategy numbers its all-reduce groups from "
           "a range of its own.", ("tensorflow",), KERAS_3, tf_collective_keys.probe),
     Entry("tf_collective_server", "A worker's collective runtime is started once, also "
-          "where the program makes its own MultiWorkerMirroredStrategy.", ("tensorflow",),
+          "where the program makes its own MultiWorkerMirroredStrategy, and waits 100 s "
+          "for a late heartbeat.", ("tensorflow",),
           KERAS_3, tf_collective_server.probe),
     Entry("tf_worker_logs", "A step's logs average over the workers whatever their shape "
           "(tf-multi-worker).", ("tensorflow",), KERAS_3, tf_worker_logs.probe),

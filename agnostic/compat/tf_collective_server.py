@@ -14,10 +14,25 @@ runtime serves a cluster, starting it again for the same cluster, task and
 protocol does nothing. A server definition that differs still goes to
 TensorFlow. The change is made on this process's context object, only in a
 worker that agnostic joined to a job.
+
+`patient_heartbeats`: the strategy also starts TensorFlow's coordination
+service, which ends the whole job when a worker's heartbeat is 10 s late
+(its default). A worker that is alive but starved of CPU for that long (a
+busy host, a paused process) then ends a job that would have gone on: seen
+on a 2-core machine under load, a worker's step aborted with "Task ...
+heartbeat timeout" by a chief that was still running. Agnostic's workers
+wait 100 s, the bound JAX's coordination service (the same service) uses
+by default. The change lasts while agnostic makes its strategy: the service
+is configured once per process, by the first strategy.
 """
+import contextlib
+
 from agnostic.compat import versions
 
 _MARK = "_agnostic_serves_once"
+# How long a worker's heartbeats may be late before the job ends: JAX's
+# default (jax.distributed.initialize(heartbeat_timeout_seconds=100)).
+HEARTBEAT_SECONDS = 100
 
 
 def serve_once():
@@ -40,6 +55,37 @@ def serve_once():
     setattr(context, _MARK, True)
 
 
+@contextlib.contextmanager
+def patient_heartbeats(seconds=HEARTBEAT_SECONDS):
+    """While it lasts, the coordination service a strategy configures waits
+    `seconds` for a worker's late heartbeat, where the strategy leaves
+    TensorFlow's default (see the module's docstring)."""
+    from tensorflow.python.eager import context as tf_context
+
+    context = tf_context.context()
+    configure = context.configure_coordination_service
+
+    def configure_coordination_service(service_type, *args, **kwargs):
+        if not kwargs.get("heartbeat_timeout_in_ms"):
+            kwargs["heartbeat_timeout_in_ms"] = int(seconds * 1000)
+        return configure(service_type, *args, **kwargs)
+
+    context.configure_coordination_service = configure_coordination_service
+    try:
+        yield
+    finally:
+        del context.configure_coordination_service  # the class's own again
+
+
+def heartbeat_seconds():
+    """The coordination service's bound for late heartbeats in this
+    process, in seconds (None where no service is configured)."""
+    from tensorflow.python.eager import context as tf_context
+
+    config = tf_context.context().coordination_service
+    return None if config is None else config.heartbeat_timeout_in_ms / 1000
+
+
 def same_server(first, second):
     """Whether two ServerDefs describe the same worker of the same cluster."""
     return (first.cluster == second.cluster and first.job_name == second.job_name
@@ -59,6 +105,14 @@ def probe(keras):
     versions.expect("context.context().enable_collective_ops(server_def)" in source,
                     "MultiWorkerMirroredStrategy starting the collective runtime through "
                     "context.enable_collective_ops (TensorFlow)")
+    versions.expect("context.context().configure_coordination_service(" in source
+                    and "context.context().coordination_service is None" in source,
+                    "MultiWorkerMirroredStrategy configuring the coordination service "
+                    "through context.configure_coordination_service, once (TensorFlow)")
+    parameters = inspect.signature(tf_context.Context.configure_coordination_service).parameters
+    versions.expect("heartbeat_timeout_in_ms" in parameters,
+                    "Context.configure_coordination_service(heartbeat_timeout_in_ms=...) "
+                    "(TensorFlow)")
     recorder = inspect.getsource(tf_context.Context.enable_collective_ops)
     versions.expect(hasattr(tf_context.context(), "_collective_ops_server_def")
                     and "self._collective_ops_server_def = server_def" in recorder,

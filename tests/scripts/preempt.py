@@ -8,8 +8,8 @@ FOLDER/final.npz; prints as JSON the epochs this run trained and the
 
 BACKUP=epoch|N: keras.callbacks.BackupAndRestore(FOLDER/backup, save_freq).
 MARK=epoch:batch: the chief writes FOLDER/marker after that step, then
-waits there (30 s at most) until a preempting signal has reached it, so the
-step every process stops after is known: the next one.
+waits there (MARK_SECONDS, 30 s at most) until a preempting signal has
+reached it, so the step every process stops after is known: the next one.
 KILL=epoch:batch: the chief SIGKILLs itself after that step.
 """
 import json
@@ -58,7 +58,7 @@ class Steps(keras.callbacks.Callback):
         if (self.epoch, batch) == self.mark:
             with open(os.path.join(FOLDER, "marker"), "w"):
                 pass
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + float(os.environ.get("MARK_SECONDS", "30"))
             while not preemption.current().requested and time.monotonic() < deadline:
                 time.sleep(0.01)
 

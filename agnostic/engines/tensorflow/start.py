@@ -61,8 +61,9 @@ def join(tf, environment):
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec({"worker": workers}), task_type="worker",
             task_id=environment.rank, rpc_layer="grpc")
-        WORKERS["strategy"] = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=resolver)
+        with tf_collective_server.patient_heartbeats():
+            WORKERS["strategy"] = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=resolver)
     except Exception as error:  # the engine raises several types here
         WORKERS["error"] = error
     finally:

@@ -2,9 +2,12 @@
 by hand, both on 127.0.0.1): ordinary programs train on them as on one
 device, batches of any size included; and a program that makes its own
 MultiWorkerMirroredStrategy, as Ray's and TensorFlow's guides do, trains in
-it beside the one agnostic makes as the worker joins its job."""
+it beside the one agnostic makes as the worker joins its job; a worker
+paused past TensorFlow's heartbeat bound does not end the job."""
 import json
 import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from tests.test_programs import (PROGRAMS, assert_odd_batches_like_one_device,  
 from agnostic.launch.processes import free_ports  # noqa: E402
 
 SCRIPT = os.path.join("tests", "scripts", "own_strategy.py")
+PREEMPT = os.path.join("tests", "scripts", "preempt.py")
 LATE = 8  # seconds the chief waits between the two strategies
 BOUND = 240  # a run takes about 15 s on 2 cores (8 of them waiting)
 
@@ -130,3 +134,31 @@ def test_a_program_with_its_own_strategy_trains_in_it_whoever_is_late(tmp_path, 
         assert result["users_strategy"], result  # trained under the program's own
         assert models.relative_difference(weights["one_device"], weights[str(index)]) < 1e-5
         np.testing.assert_allclose(result["loss"], results[0]["one_device_loss"], atol=1e-4)
+
+
+PAUSE = 15  # seconds: past TensorFlow's 10 s bound for a late heartbeat, within agnostic's
+
+
+def test_a_worker_paused_past_tensorflows_heartbeat_bound_does_not_end_the_job(tmp_path):
+    # A worker alive but given no CPU for a while (a busy host; here SIGSTOP)
+    # sends no heartbeat: at TensorFlow's default the chief's coordination
+    # service ended the job 10 s on (CI met it on a loaded 2-core machine,
+    # "Task /job:worker/replica:0/task:0 heartbeat timeout"); agnostic's
+    # workers wait 100 s, as JAX's do, so the job goes on.
+    ports = free_ports(2)
+    workers = [jobs.start(jobs.python(PREEMPT, tmp_path), TF_CONFIG=tf_config(ports, index),
+                          AGNOSTIC_CPU_DEVICES=None, AGNOSTIC_TEST_REPLICAS="2",
+                          TF_CPP_MIN_LOG_LEVEL="2", MARK="1:1", MARK_SECONDS="0")
+               for index in (0, 1)]
+    try:
+        deadline = time.monotonic() + BOUND
+        while not (tmp_path / "marker").exists():  # the chief's step 1 of epoch 1 ended
+            assert all(w.poll() is None for w in workers) and time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(workers[1].pid, signal.SIGSTOP)
+        time.sleep(PAUSE)
+    finally:
+        os.kill(workers[1].pid, signal.SIGCONT)
+    codes, outputs, _ = jobs.finish(workers, seconds=BOUND)
+    jobs.succeeded(codes, outputs)
+    assert jobs.chief_result(outputs)["epochs"] == [0, 1, 2, 3]

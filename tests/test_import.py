@@ -40,10 +40,12 @@ def test_the_public_api_is_typed():
 
 
 def test_the_test_environments_engines_are_compiled_to_bytecode():
-    # tox.ini sets PYTHONDONTWRITEBYTECODE (the checkout stays clean), so an
-    # installer that writes no bytecode (uv, unless UV_COMPILE_BYTECODE=1, as
-    # .ci/run sets it) leaves every test's processes compiling Keras and its
-    # engine from source at each import: tens of seconds of CI per minute.
+    # tox.ini keeps bytecode in each environment's folder (PYTHONPYCACHEPREFIX:
+    # the checkout stays clean), written as a module is first imported, and
+    # imports the engines as the environment is prepared. Without it every
+    # test's processes would compile Keras and its engine from source at each
+    # import (PYTHONDONTWRITEBYTECODE with an installer that compiles nothing,
+    # as uv): tens of seconds of CI per minute.
     import importlib.util
     import os
     import sys
@@ -52,6 +54,10 @@ def test_the_test_environments_engines_are_compiled_to_bytecode():
 
     if not os.environ.get("TOX_ENV_NAME"):
         pytest.skip("checks tox's environments (TOX_ENV_NAME is not set)")
+    prefix = sys.pycache_prefix
+    assert prefix and os.path.commonpath([prefix, sys.prefix]) == sys.prefix, (
+        f"bytecode goes to {prefix!r}, not inside the environment's folder {sys.prefix}: "
+        "tox.ini's PYTHONPYCACHEPREFIX")
     sources = [name for name in ("keras", os.environ.get("KERAS_BACKEND"), "numpy")
                if name and importlib.util.find_spec(name) is not None]
     if not sources:
@@ -61,8 +67,8 @@ def test_the_test_environments_engines_are_compiled_to_bytecode():
         origin = pathlib.Path(importlib.util.find_spec(name).origin)
         if not pathlib.Path(importlib.util.cache_from_source(str(origin))).exists():
             missing.append(f"{name} ({origin})")
-    assert not missing, (f"no bytecode beside {missing} in {sys.prefix}: install with "
-                         "`UV_COMPILE_BYTECODE=1` (uv) or pip")
+    assert not missing, (f"no bytecode for {missing} under {prefix}: the environment "
+                         "imports its engines as it is prepared (tox.ini's [bytecode])")
 
 
 def test_a_missing_engine_is_named_at_import_before_keras_fails(tmp_path):

@@ -34,8 +34,33 @@ def start(folder, mode, *extra, **variables):
 
 
 def finish(process):
-    _, err = process.communicate(timeout=60)
+    try:
+        _, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        # Said before the processes are ended: how each handles, blocks and
+        # has pending each signal (Linux), to find why one was not acted on.
+        states = signal_states(process.pid)
+        process.kill()
+        process.communicate()
+        pytest.fail(f"the launcher did not end within 60 s; its processes' signals:\n{states}")
     return process.returncode, err
+
+
+def signal_states(pid):
+    """The Sig* lines of /proc/PID/status for `pid` and its descendants."""
+    lines, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/status") as status:
+                said = [line.strip() for line in status if line.startswith(("Sig", "Shd"))]
+            lines.append(f"{current}: {' '.join(said)}")
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    pending.extend(int(child) for child in children.read().split())
+        except OSError as error:
+            lines.append(f"{current}: {error}")
+    return "\n".join(lines)
 
 
 def leftovers(folder):

@@ -77,15 +77,6 @@ def patient_heartbeats(seconds=HEARTBEAT_SECONDS):
         del context.configure_coordination_service  # the class's own again
 
 
-def heartbeat_seconds():
-    """The coordination service's bound for late heartbeats in this
-    process, in seconds (None where no service is configured)."""
-    from tensorflow.python.eager import context as tf_context
-
-    config = tf_context.context().coordination_service
-    return None if config is None else config.heartbeat_timeout_in_ms / 1000
-
-
 def same_server(first, second):
     """Whether two ServerDefs describe the same worker of the same cluster."""
     return (first.cluster == second.cluster and first.job_name == second.job_name

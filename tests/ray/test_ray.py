@@ -38,15 +38,16 @@ CLEARED = ("KERAS_BACKEND", "AGNOSTIC_CPU_DEVICES", "TF_CONFIG", "RANK", "WORLD_
            "KERAS_DISTRIBUTION_PROCESS_ID", "RAY_ADDRESS")
 
 # The runs that ask for CPU devices in the driver's environment: on
-# TensorFlow, the one whose function makes its own strategy (each run starts
-# a Ray cluster, about 30 s on 2 cores).
+# TensorFlow, the one whose function makes its own strategy; on torch, the
+# one every torch test reads (each run starts a Ray cluster, about 30 s on 2
+# cores). A driver's environment without them: TensorFlow's plain run.
 CPU_DEVICES = {"AGNOSTIC_CPU_DEVICES": "2"}
 CPU_DEVICES_WAY = {"torch": "ray", "tensorflow": "ray-own-strategy"}
+RAY_VARIABLES = {"torch": CPU_DEVICES, "tensorflow": {}}
 
 # Every run the tests below ask for, the longest first.
-RUNS = [("ray", "torch", ()), ("ray", "tensorflow", ()),
+RUNS = [("ray", "torch", tuple(CPU_DEVICES.items())), ("ray", "tensorflow", ()),
         ("ray-own-strategy", "tensorflow", tuple(CPU_DEVICES.items())),
-        ("ray", "torch", tuple(CPU_DEVICES.items())),
         ("one-device", "torch", ()), ("one-device", "tensorflow", ())]
 
 Job = collections.namedtuple("Job", "returncode stdout stderr folder")
@@ -153,12 +154,13 @@ def check_joined(probes, engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_ray_workers_train_like_one_device(jobs, engine):
-    check_like_one_device(jobs("ray", engine), jobs("one-device", engine))
+    check_like_one_device(jobs("ray", engine, **RAY_VARIABLES[engine]),
+                          jobs("one-device", engine))
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_agnostic_joins_the_job_ray_made(jobs, engine):
-    probes = finished(jobs("ray", engine))
+    probes = finished(jobs("ray", engine, **RAY_VARIABLES[engine]))
     check_joined(probes, engine)
     for rank, probe in probes.items():
         assert probe["backend"] == engine  # from the job's runtime_env
@@ -182,7 +184,7 @@ def test_agnostic_joins_the_job_ray_made(jobs, engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_only_the_chief_writes_files(jobs, engine):
-    job = jobs("ray", engine)
+    job = jobs("ray", engine, **RAY_VARIABLES[engine])
     assert sorted(finished(job)) == list(range(WORKERS))  # every worker got to the end
     saved = sorted(name for name in os.listdir(job.folder) if name.startswith("saved_by"))
     assert saved == ["saved_by_rank_0.keras"]

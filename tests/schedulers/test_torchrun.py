@@ -11,7 +11,6 @@ from agnostic.launch.processes import free_port
 from tests import jobs
 from tests.schedulers.test_training import DEVICES, variables
 
-ENGINES = ("tensorflow", "jax", "torch")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
@@ -21,7 +20,10 @@ def run(processes, engine):
     jobs.check_like_one_device(jobs.chief_result(outputs), 2 * DEVICES[engine], "torchrun")
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+# JAX's processes join alike on one node and on two (the coordinator on the
+# port after the agent's store): its two-node run below. TensorFlow's
+# workers on one node know every address; on two they exchange them.
+@pytest.mark.parametrize("engine", ["tensorflow", "torch"])
 def test_one_node_trains_like_one_device(engine, tmp_path):
     command = TORCHRUN + ["--standalone", "--nproc-per-node", "2"] + jobs.python(
         jobs.SCENARIO, "equivalence", 2 * DEVICES[engine], tmp_path)[1:]

@@ -41,7 +41,7 @@ def test_cpu_merge_reduces_on_the_cpu_and_false_lets_the_engine_choose():
 
 # The engine's own all-reduce on 4 replicas, the variables on the CPU
 # (tf-central-storage) on 2: each option and each count once (the defaults
-# train on 2 and 4 in tests/test_training.py).
+# train on 4 in tests/test_training.py, on 2 and 4 in tests/test_programs.py).
 @pytest.mark.parametrize("options, replicas", [({"cpu_merge": False}, 4),
                                                ({"cpu_relocation": True}, 2)])
 def test_options_train_like_one_device(options, replicas):

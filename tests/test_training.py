@@ -42,7 +42,7 @@ def test_compiling_again_after_freezing_a_layer(replicas, scenario, tmp_path):
     assert all(f"replicas={replicas}" in line for line in result["plans"])
 
 
-# On 4 (torch: 4 processes); 2 devices train every program of
+# On 4 (torch: 4 processes); 2 devices train most programs of
 # tests/test_programs.py and tests/test_keras_io.py, and keras-mxnet's
 # context list both.
 @pytest.mark.parametrize("replicas", [2, 4] if keras.backend.backend() == "mxnet" else [4])

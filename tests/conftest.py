@@ -102,10 +102,15 @@ RENDEZVOUS_RETRY = ("{path}: XLA's in-process collectives on simulated CPU devic
                     "docs/guarantees.md.")
 
 
-def run_script(path, *arguments, env=None, timeout=600, check=True):
-    """Runs a script as users do (`python path args`); returns the JSON of its
-    last stdout line, the whole stdout and stderr (`check`: a failure raises)."""
-    environ = dict(os.environ, **(env or {}))
+def run_script(path, *arguments, env=None, timeout=600, check=True, fresh=False):
+    """Runs a script as users do (`python path args`): from the warm
+    interpreter (tests/warm.py) where the script and its variables allow,
+    else (or where `fresh`) in a fresh process. Returns the JSON of its last
+    stdout line, the whole stdout and stderr (`check`: a failure raises)."""
+    env = env or {}
+    if not fresh and None not in env.values() and warm.serves(path, env):
+        return _warm_run(path, arguments, env, timeout, check)
+    environ = dict(os.environ, **env)
     environ = {key: value for key, value in environ.items() if value is not None}
     command = [sys.executable, path] + [str(a) for a in arguments]
 
@@ -114,7 +119,28 @@ def run_script(path, *arguments, env=None, timeout=600, check=True):
                                 timeout=timeout, cwd=ROOT)
         return result.returncode, result.stdout, result.stderr
 
-    status, stdout, stderr = again_after_rendezvous_abort(path, once)
+    return _ended(path, again_after_rendezvous_abort(path, once), check)
+
+
+def _warm_run(path, arguments, env, timeout, check):
+    """run_script's run from the warm interpreter; on torch the processes
+    its launcher starts are forks too."""
+    import shutil
+    import tempfile
+
+    workers = os.environ.get("KERAS_BACKEND") == "torch"
+    folder = tempfile.mkdtemp(prefix="agnostic-tests-run-")
+    try:
+        outputs = os.path.join(folder, "run")
+        ended = again_after_rendezvous_abort(path, lambda: warm.run(
+            path, arguments, env, outputs, timeout=timeout, workers=workers))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return _ended(path, ended, check)
+
+
+def _ended(path, ended, check):
+    status, stdout, stderr = ended
     if check and status != 0:
         raise failed(path, status, stdout, stderr)
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
@@ -182,18 +208,8 @@ def made_once(key, folder, make):
 
 
 def run_program(script, mode, folder, env=None):
-    """A program's run (`python script MODE FOLDER`) from the warm
-    interpreter (tests/warm.py) where the script and its variables allow,
-    else from a fresh process."""
-    env = env or {}
-    if not warm.serves(script, env):
-        return run_script(script, mode, folder, env=env)
-    # The processes torch's launcher starts for agnostic's run: forks too.
-    workers = mode == "agnostic" and os.environ.get("KERAS_BACKEND") == "torch"
-    status, stdout, stderr = again_after_rendezvous_abort(script, lambda: warm.run(
-        script, [mode, folder], env, f"{folder}.{mode}", workers=workers))
-    if status != 0:
-        raise failed(script, status, stdout, stderr)
+    """A program's run (`python script MODE FOLDER`), as run_script runs it."""
+    run_script(script, mode, folder, env=env)
 
 
 def failed(path, status, stdout, stderr):

@@ -96,6 +96,9 @@ def keras_is_installed():
     return found
 
 
+# What an engine's environment would add to this test and the conflict's
+# below is the other engines asked, each in a process of its own: time only.
+@pytest.mark.engine_free
 def test_info_names_an_unknown_engine_without_a_traceback(tmp_path):
     result = info_with(tmp_path, KERAS_BACKEND="jaxx")
     assert result.returncode == 0  # the advice is the answer
@@ -577,6 +580,7 @@ def test_auto_with_bad_cpu_devices_is_a_launch_error(monkeypatch):
         settings.auto_nproc({"KERAS_BACKEND": "torch", "AGNOSTIC_CPU_DEVICES": "many"})
 
 
+@pytest.mark.engine_free
 def test_info_names_the_other_agnostic_distribution_when_installed(tmp_path):
     # The registry's "agnostic" (an unrelated database migration tool) shares
     # the import name; its metadata alone is made here, on the path.

@@ -161,9 +161,12 @@ def test_vae_with_add_loss_in_a_layer_and_a_compiled_loss(tmp_path):
     assert_exactly_one_device(plain, agnostic, "z_mean")
 
 
+# On JAX and torch, keras-hub's model trains in the `together` environment
+# sharded (below), over the devices' shares of the batch as this run does.
 @pytest.mark.skipif(not HAS_TENSORFLOW, reason="keras-hub's fit reads arrays through "
                     "tf.data (or grain), and this environment has neither; the "
-                    "`together` environment runs this test on JAX and torch")
+                    "`together` environment trains keras-hub's model sharded on JAX "
+                    "and torch")
 def test_a_keras_hub_task_model_built_from_its_config(tmp_path):
     plain, agnostic = run_both("keras_hub_model", tmp_path)
     assert_same_training(plain, agnostic)

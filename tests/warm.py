@@ -20,10 +20,16 @@ plain and through agnostic, gives a fresh process's weights and logs bit for
 bit on every engine.
 
 Only a run whose variables are the program's own (PROGRAM_*) or the
-harness's (read as the program runs) comes from here: a variable the engine,
-Keras or agnostic's start-up hook reads at import needs a fresh process, as
-does a script that names agnostic itself (in a fresh process the start-up
-hook imports agnostic as the engine is imported).
+harness's (read as the program runs) comes from here, in a test process
+whose own variables are still those the warm interpreter started with: a
+variable the engine, Keras or agnostic's start-up hook reads at import needs
+a fresh process. A script that names agnostic comes from here too: in a
+fresh process the start-up hook imports agnostic as the engine is imported,
+here the script's own import line does, after Keras, as the harness imports
+it for every program, and agnostic sets the engine up the same either way
+(tests/test_programs.py checks both kinds bit for bit). Not on torch where
+the shim's workers start as torch is imported (AGNOSTIC_START_EARLY): that
+needs the import to come after the start-up hook, in a fresh process.
 """
 import json
 import os
@@ -204,6 +210,12 @@ sys.exit(code)
 """
 
 _SERVERS = {}  # this test process's warm interpreters by kind, started at first use
+# The engines whose runs come from here (keras-mxnet's, on Python 3.8, start
+# fresh).
+KERAS_3_ENGINES = ("tensorflow", "jax", "torch")
+# The test process's variables as this module is imported, before any test
+# sets its own.
+_SESSION = dict(os.environ)
 _BUFFER = {}  # what it wrote past its last answer, by pid
 _FOLDERS = {}  # their sockets and the workers' client, by kind
 LAST = {"workers": 0}  # the workers forked for the last run
@@ -213,13 +225,20 @@ LAST = {"workers": 0}  # the workers forked for the last run
 # as the program runs: a plain run is the same whatever they say.
 HARNESS = ("AGNOSTIC_TEST_REPLICAS", "AGNOSTIC_TEST_SYNC_BATCH_NORM",
            "AGNOSTIC_TEST_GLOBAL_VIEW")
+# Read as the program runs too, but a plain run reports more where it is set
+# (what each device holds): a run may come from here with it, and the plain
+# runs shared between tests are told apart by it (tests/conftest.py).
+READ_AS_IT_RUNS = HARNESS + ("AGNOSTIC_TEST_SHARD",)
+# The test process's own variables that may differ from those the warm
+# interpreters started with (pytest sets this one for each test).
+PER_TEST = ("PYTEST_CURRENT_TEST",)
 # What torch's launcher (agnostic/launch/local.py) adds to a worker's
 # variables that is read as the program runs, not as Python starts or the
 # engine is imported: a worker with these changed comes from a fork. (The
 # heartbeat's variables are read as the engine is imported, which a fork of
 # the warm interpreter has done already: its workers do not beat, and rank 0
 # watches only the workers that do.)
-RUNTIME = HARNESS + ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+RUNTIME = READ_AS_IT_RUNS + ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                      "MASTER_PORT", "AGNOSTIC_WARNINGS", "AGNOSTIC_FAILURE_REPORTS",
                      "AGNOSTIC_FINISHED", "AGNOSTIC_HEARTBEATS", "AGNOSTIC_LAUNCHER_STDERR",
                      "PYTEST_CURRENT_TEST")
@@ -227,13 +246,36 @@ RUNTIME = HARNESS + ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MA
 
 def serves(script, env):
     """Whether a run of `script` with these variables may come from the warm
-    interpreter: a script that names agnostic starts fresh (see above)."""
+    interpreter (see above)."""
     from agnostic import _agnostic_hook
 
-    if not all(key.startswith("PROGRAM_") or key in HARNESS for key in env):
+    if os.environ.get("KERAS_BACKEND") not in KERAS_3_ENGINES:  # keras-mxnet: fresh
         return False
-    with open(script, encoding="utf-8") as handle:
-        return re.search(_agnostic_hook._IMPORTS_AGNOSTIC, handle.read()) is None
+    if not all(key.startswith("PROGRAM_") or key in READ_AS_IT_RUNS for key in env):
+        return False
+    if _changed(_SESSION, os.environ):
+        return False
+    if os.environ.get("KERAS_BACKEND") == "torch" \
+            and os.environ.get("AGNOSTIC_START_EARLY", "1").strip() != "0":
+        with open(script, encoding="utf-8") as handle:
+            return re.search(_agnostic_hook._IMPORTS_AGNOSTIC, handle.read()) is None
+    return True
+
+
+def _changed(started, now):
+    """Whether a test changed the variables `now` from `started` (beyond
+    PER_TEST): one changed or removed, or one of agnostic's or Keras's added.
+    (An engine's import adds variables of its own, TensorFlow's TF2_BEHAVIOR
+    among them, which every process started after it inherits.)"""
+    for key in set(started) | set(now):
+        if key in PER_TEST:
+            continue
+        if key in started:
+            if now.get(key) != started[key]:
+                return True
+        elif key.startswith(("AGNOSTIC_", "KERAS_")):
+            return True
+    return False
 
 
 def run(script, arguments, env, outputs, timeout=600, workers=False):

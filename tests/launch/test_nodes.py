@@ -56,46 +56,53 @@ def test_two_nodes_train_like_one_device(tmp_path):
     np.testing.assert_allclose(*result["evaluate"], atol=1e-5)
     assert result["predict"] < 1e-5  # every sample, in order
 
-def test_only_the_chief_writes_files_and_shows_progress(tmp_path):
-    port = free_port()
-    script = os.path.join("tests", "scripts", "processes.py")
-    nodes = [start_node(rank, port, script, "files", tmp_path) for rank in (0, 1)]
-    codes, outputs, _ = finish(nodes)
-    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
-    saved = json.loads([l for l in outputs[0][0].splitlines() if l.startswith("{")][0])["saved"]
-    assert "rank_0.weights.h5" in saved and not [n for n in saved if n.startswith("rank_1")]
-    assert {"epoch_1.keras", "epoch_2.keras", "log.csv"} <= set(saved)
-    rows = (tmp_path / "log.csv").read_text().strip().splitlines()
-    assert rows[0].startswith("epoch") and len(rows) == 3  # one writer
-    printed = outputs[0][0] + outputs[1][0]
-    assert printed.count("Epoch 1/2") == 1 and printed.count("{") == 1
-    assert printed.count("printed by rank") == 1  # the chief's output alone
 
-
-def test_a_run_killed_on_one_node_resumes_from_its_backup(tmp_path):
-    script = os.path.join("tests", "scripts", "checkpoints.py")
-
-    def run(folder, **kill):
-        port = free_port()
-        nodes = [start_node(rank, port, script, "resume", REPLICAS, folder, **kill)
-                 for rank in (0, 1)]
-        return finish(nodes)
-
-    whole, broken = tmp_path / "whole", tmp_path / "broken"
-    broken.mkdir()
-    jobs.uninterrupted("resume", REPLICAS, whole)  # on this machine's devices
-    codes, _, _ = run(broken, KILL="2:3")  # the process of rank 1, on node 1
-    assert all(code != 0 for code in codes) and not (broken / "final.npz").exists()
-    codes, outputs, _ = run(broken)
-    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
-    assert '"epochs": [2, 3]' in outputs[0][0]
-    weights = [models.saved_weights(folder / "final.npz") for folder in (whole, broken)]
-    assert models.relative_difference(*weights) < 1e-5
-
-
-# The launchers' supervision, the same on every engine: run on torch, whose
-# processes start fastest.
+# The launchers' supervision and output, the same on every engine: run on
+# torch, whose processes start fastest. (That only the chief writes files and
+# shows progress on each engine's processes: tests/cluster/test_kubeflow.py
+# and the schedulers' tests.) And two nodes on one shared disk resuming
+# from the backup every process finds there: every engine restores through
+# the chief's copy, as nodes without a shared disk do
+# (test_nodes_without_a_shared_disk_resume_from_the_chiefs_backup, below,
+# on every engine).
 if ENGINE == "torch":
+
+    def test_a_run_killed_on_one_node_resumes_from_its_backup(tmp_path):
+        script = os.path.join("tests", "scripts", "checkpoints.py")
+
+        def run(folder, **kill):
+            port = free_port()
+            nodes = [start_node(rank, port, script, "resume", REPLICAS, folder, **kill)
+                     for rank in (0, 1)]
+            return finish(nodes)
+
+        whole, broken = tmp_path / "whole", tmp_path / "broken"
+        broken.mkdir()
+        jobs.uninterrupted("resume", REPLICAS, whole)  # on this machine's devices
+        codes, _, _ = run(broken, KILL="2:3")  # the process of rank 1, on node 1
+        assert all(code != 0 for code in codes) and not (broken / "final.npz").exists()
+        codes, outputs, _ = run(broken)
+        assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+        assert '"epochs": [2, 3]' in outputs[0][0]
+        weights = [models.saved_weights(folder / "final.npz") for folder in (whole, broken)]
+        assert models.relative_difference(*weights) < 1e-5
+
+    def test_only_the_chief_writes_files_and_shows_progress(tmp_path):
+        port = free_port()
+        script = os.path.join("tests", "scripts", "processes.py")
+        nodes = [start_node(rank, port, script, "files", tmp_path) for rank in (0, 1)]
+        codes, outputs, _ = finish(nodes)
+        assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+        lines = [l for l in outputs[0][0].splitlines() if l.startswith("{")]
+        saved = json.loads(lines[0])["saved"]
+        assert "rank_0.weights.h5" in saved and not [n for n in saved if n.startswith("rank_1")]
+        assert {"epoch_1.keras", "epoch_2.keras", "log.csv"} <= set(saved)
+        rows = (tmp_path / "log.csv").read_text().strip().splitlines()
+        assert rows[0].startswith("epoch") and len(rows) == 3  # one writer
+        printed = outputs[0][0] + outputs[1][0]
+        assert printed.count("Epoch 1/2") == 1 and printed.count("{") == 1
+        assert printed.count("printed by rank") == 1  # the chief's output alone
+
 
     def test_a_killed_worker_ends_every_node(tmp_path):
         port = free_port()

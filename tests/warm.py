@@ -238,10 +238,10 @@ PER_TEST = ("PYTEST_CURRENT_TEST",)
 # heartbeat's variables are read as the engine is imported, which a fork of
 # the warm interpreter has done already: its workers do not beat, and rank 0
 # watches only the workers that do.)
-RUNTIME = READ_AS_IT_RUNS + ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                     "MASTER_PORT", "AGNOSTIC_WARNINGS", "AGNOSTIC_FAILURE_REPORTS",
-                     "AGNOSTIC_FINISHED", "AGNOSTIC_HEARTBEATS", "AGNOSTIC_LAUNCHER_STDERR",
-                     "PYTEST_CURRENT_TEST")
+RUNTIME = READ_AS_IT_RUNS + PER_TEST + (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "AGNOSTIC_WARNINGS", "AGNOSTIC_FAILURE_REPORTS", "AGNOSTIC_FINISHED",
+    "AGNOSTIC_HEARTBEATS", "AGNOSTIC_LAUNCHER_STDERR")
 
 
 def serves(script, env):

@@ -75,11 +75,13 @@ def assert_same_history(plain, agnostic, tolerance=1e-5):
 
 # device_parallel.py names agnostic: in a fresh process the start-up hook
 # imports it as the engine is imported, in a warm one its own import line
-# does, after Keras.
-@pytest.mark.parametrize("mode, name", [("plain", "batchnorm_cnn"),
-                                        ("agnostic", "batchnorm_cnn"),
-                                        ("agnostic", "device_parallel")])
-def test_a_warm_run_is_the_run_of_a_fresh_process(mode, name, tmp_path):
+# does, after Keras. Its run is checked where its sharing starts workers of
+# its own (torch: a fork each); a plain run comes from the same fork.
+WARM_RUNS = ["batchnorm_cnn"] + (["device_parallel"] if ENGINE == "torch" else [])
+
+
+@pytest.mark.parametrize("name", WARM_RUNS)
+def test_a_warm_run_is_the_run_of_a_fresh_process(name, tmp_path):
     # Every test's runs of a program or script come from forks of a warm
     # interpreter where they may (tests/warm.py): each must be the run
     # `python program MODE` makes.
@@ -87,24 +89,22 @@ def test_a_warm_run_is_the_run_of_a_fresh_process(mode, name, tmp_path):
     fresh, forked = tmp_path / "fresh", tmp_path / "warm"
     fresh.mkdir(), forked.mkdir()
     env = {"AGNOSTIC_TEST_REPLICAS": "2"}
-    run_script(script, mode, fresh, env=env, fresh=True)
-    if mode == "plain":
-        run_plain(script, forked)  # the warm run the other tests of batchnorm_cnn share
-    else:
-        assert warm.serves(script, env)
-        run_program(script, mode, forked, env=env)
-        if name == "batchnorm_cnn":  # torch's worker (rank 1): a fork too
-            assert warm.LAST["workers"] == (1 if ENGINE == "torch" else 0)
-    assert json.loads((forked / f"{mode}.json").read_text()) == json.loads(
-        (fresh / f"{mode}.json").read_text())
-    expected, actual = np.load(fresh / f"{mode}.npz"), np.load(forked / f"{mode}.npz")
+    run_script(script, "agnostic", fresh, env=env, fresh=True)
+    assert warm.serves(script, env)
+    run_program(script, "agnostic", forked, env=env)
+    if name == "batchnorm_cnn":  # torch's worker (rank 1): a fork too
+        assert warm.LAST["workers"] == (1 if ENGINE == "torch" else 0)
+    assert json.loads((forked / "agnostic.json").read_text()) == json.loads(
+        (fresh / "agnostic.json").read_text())
+    expected, actual = np.load(fresh / "agnostic.npz"), np.load(forked / "agnostic.npz")
     assert expected.files == actual.files
     for key in expected.files:
         np.testing.assert_array_equal(actual[key], expected[key])
     # A variable read at import starts a fresh process.
     assert not warm.serves(script, {"AGNOSTIC_CPU_DEVICES": "2"})
-    if mode == "agnostic":
-        return
+
+
+def test_a_warm_run_ends_as_a_process_does(tmp_path):
     # A program ends as a process would: its exit status, its excepthook
     # (agnostic's failure reports), its threads joined, then its exit
     # handlers (torch's launcher waits there for its workers).

@@ -62,9 +62,8 @@ def test_two_nodes_train_like_one_device(tmp_path):
 # shows progress on each engine's processes: tests/cluster/test_kubeflow.py
 # and the schedulers' tests.) And two nodes on one shared disk resuming
 # from the backup every process finds there: every engine restores through
-# the chief's copy, as nodes without a shared disk do
-# (test_nodes_without_a_shared_disk_resume_from_the_chiefs_backup, below,
-# on every engine).
+# the chief's copy, as nodes without a shared disk do (below, and on every
+# engine tests/resume/test_backup_disks.py).
 if ENGINE == "torch":
 
     def test_a_run_killed_on_one_node_resumes_from_its_backup(tmp_path):
@@ -238,44 +237,51 @@ def test_batch_normalization_over_two_nodes_uses_the_global_batch(tmp_path):
     assert report["replica_spread"] == 0.0  # every process's moving statistics alike
 
 
-def test_nodes_without_a_shared_disk_resume_from_the_chiefs_backup(tmp_path):
-    # Each node backs up to a folder of its own, as machines without a shared
-    # disk do: after the kill only the chief's folder holds a backup, and every
-    # process must still resume at its epoch, with its weights and momentum.
-    script = os.path.join("tests", "scripts", "checkpoints.py")
+# Two nodes on disks of their own, resumed: torch only. On every engine the
+# chief's backup crosses to the other node through its collectives in
+# tests/resume/test_backup_disks.py, and a killed run resumes in
+# tests/resume/test_checkpoints.py; what this run adds (the kill, the
+# processes agreeing on the epoch) is the launcher's and agnostic's own.
+if ENGINE == "torch":
 
-    def run(folder, seconds=600, **kill):
-        port = free_port()
-        nodes = [start_node(rank, port, script, "own-folders", REPLICAS, folder,
-                            NODE_FOLDER=str(folder / f"node{rank}"), **kill)
-                 for rank in (0, 1)]
-        return finish(nodes, seconds)
+    def test_nodes_without_a_shared_disk_resume_from_the_chiefs_backup(tmp_path):
+        # Each node backs up to a folder of its own, as machines without a shared
+        # disk do: after the kill only the chief's folder holds a backup, and every
+        # process must still resume at its epoch, with its weights and momentum.
+        script = os.path.join("tests", "scripts", "checkpoints.py")
 
-    def files_under(folder):
-        return [name for _, _, names in os.walk(folder) for name in names]
+        def run(folder, seconds=600, **kill):
+            port = free_port()
+            nodes = [start_node(rank, port, script, "own-folders", REPLICAS, folder,
+                                NODE_FOLDER=str(folder / f"node{rank}"), **kill)
+                     for rank in (0, 1)]
+            return finish(nodes, seconds)
 
-    def final(folder, rank):
-        return models.saved_weights(folder / f"final-{rank}.npz")
+        def files_under(folder):
+            return [name for _, _, names in os.walk(folder) for name in names]
 
-    def epochs(folder, rank):
-        return json.loads((folder / f"epochs-{rank}.json").read_text())
+        def final(folder, rank):
+            return models.saved_weights(folder / f"final-{rank}.npz")
 
-    whole, broken = tmp_path / "whole", tmp_path / "broken"
-    (broken / "node0").mkdir(parents=True), (broken / "node1").mkdir()
-    # Uninterrupted, on this machine's devices (two nodes train like one).
-    jobs.uninterrupted("own-folders", REPLICAS, whole, NODE_FOLDER="node0")
-    assert epochs(whole, 0) == [0, 1]
-    codes, _, _ = run(broken, KILL="1:3")  # the process of rank 1, in epoch 1
-    assert all(code != 0 for code in codes) and not list(broken.glob("final-*"))
-    assert "agnostic_backup.json" in files_under(broken / "node0")
-    assert files_under(broken / "node1") == []
-    # Bounded: processes that disagree on the epoch wait for each other.
-    codes, outputs, _ = run(broken, seconds=300)
-    assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
-    assert epochs(broken, 0) == epochs(broken, 1) == [1]
-    assert models.relative_difference(final(whole, 0), final(broken, 0)) < 1e-5
-    assert models.relative_difference(final(broken, 0), final(broken, 1)) < 1e-5
-    assert files_under(broken / "node1") == []
+        def epochs(folder, rank):
+            return json.loads((folder / f"epochs-{rank}.json").read_text())
+
+        whole, broken = tmp_path / "whole", tmp_path / "broken"
+        (broken / "node0").mkdir(parents=True), (broken / "node1").mkdir()
+        # Uninterrupted, on this machine's devices (two nodes train like one).
+        jobs.uninterrupted("own-folders", REPLICAS, whole, NODE_FOLDER="node0")
+        assert epochs(whole, 0) == [0, 1]
+        codes, _, _ = run(broken, KILL="1:3")  # the process of rank 1, in epoch 1
+        assert all(code != 0 for code in codes) and not list(broken.glob("final-*"))
+        assert "agnostic_backup.json" in files_under(broken / "node0")
+        assert files_under(broken / "node1") == []
+        # Bounded: processes that disagree on the epoch wait for each other.
+        codes, outputs, _ = run(broken, seconds=300)
+        assert codes == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+        assert epochs(broken, 0) == epochs(broken, 1) == [1]
+        assert models.relative_difference(final(whole, 0), final(broken, 0)) < 1e-5
+        assert models.relative_difference(final(broken, 0), final(broken, 1)) < 1e-5
+        assert files_under(broken / "node1") == []
 
 
 def test_the_chiefs_value_crosses_whole_as_int32_words():

@@ -179,8 +179,10 @@ while True:
 """
 
 # A worker of torch's launcher (agnostic/launch/local.py starts `sys.executable
-# script ARGUMENTS` in the environment it made): its run comes from the warm
-# interpreter as the program's did. Anything else, the interpreter itself.
+# script ARGUMENTS` in the environment it made), or a process of a job a test
+# starts by hand (python()): its run comes from the warm interpreter as the
+# program's did, where only the variables the client allows changed.
+# Anything else, the interpreter itself.
 _CLIENT = r"""#!{python} -IS
 import json, os, signal, socket, sys
 PYTHON, FOLDER, RUNTIME = {python!r}, {folder!r}, {runtime!r}
@@ -242,6 +244,12 @@ RUNTIME = READ_AS_IT_RUNS + PER_TEST + (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "AGNOSTIC_WARNINGS", "AGNOSTIC_FAILURE_REPORTS", "AGNOSTIC_FINISHED",
     "AGNOSTIC_HEARTBEATS", "AGNOSTIC_LAUNCHER_STDERR")
+# What a job gives a TensorFlow worker started by hand (TF_CONFIG, and no
+# CPU split: tests/engines/tensorflow/test_multi_worker.py), read as agnostic
+# is imported: by the harness, after Keras, in a fresh process as in a fork.
+# A process of such a job comes from a fork of the programs' interpreter
+# through its client (python()).
+JOB = RUNTIME + ("TF_CONFIG", "AGNOSTIC_CPU_DEVICES")
 
 
 def serves(script, env):
@@ -316,21 +324,30 @@ def _server(kind="programs"):
     stop(kind)
     variables = dict(os.environ)
     folder = tempfile.mkdtemp(prefix=f"agnostic-tests-warm-{kind}-")  # this user's alone
-    if kind == "workers":  # and what the launcher's workers start through (_CLIENT)
+    if kind == "workers":
         variables.update(devices.thread_variables(2))
-        with open(os.path.join(folder, "variables.json"), "w") as handle:
-            json.dump(variables, handle)
-        client = os.path.join(folder, "python")
-        with open(client, "w") as handle:
-            handle.write(_CLIENT.format(python=sys.executable, folder=folder,
-                                        runtime=sorted(RUNTIME)))
-        os.chmod(client, 0o700)
+    # What the launcher's workers, or a job's processes, start through (_CLIENT).
+    with open(os.path.join(folder, "variables.json"), "w") as handle:
+        json.dump(variables, handle)
+    client = os.path.join(folder, "python")
+    with open(client, "w") as handle:
+        handle.write(_CLIENT.format(python=sys.executable, folder=folder,
+                                    runtime=sorted(RUNTIME if kind == "workers" else JOB)))
+    os.chmod(client, 0o700)
     server = subprocess.Popen([sys.executable, "-c", _SERVE, folder], cwd=ROOT, text=True,
                               bufsize=1, env=variables, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     _SERVERS[kind], _FOLDERS[kind] = server, folder
     _answer(server, 300)
     return server
+
+
+def python():
+    """The command that starts a process of a job as `python` does, from a
+    fork of the programs' interpreter where its variables allow (JOB), else
+    as a fresh interpreter."""
+    _server()
+    return os.path.join(_FOLDERS["programs"], "python")
 
 
 def _served():

@@ -7,12 +7,13 @@ paused past TensorFlow's heartbeat bound does not end the job."""
 import json
 import os
 import signal
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from tests import jobs, models
+from tests import jobs, models, warm
 from tests.conftest import engine_or_skip, run_plain
 
 engine_or_skip()
@@ -35,13 +36,19 @@ def tf_config(ports, index):
 
 def on_two_workers(name, folder, **variables):
     """A program (tests/programs/) run plainly on one device, then through
-    agnostic on two TensorFlow workers: (plain, agnostic, each worker's stderr)."""
+    agnostic on two TensorFlow workers: (plain, agnostic, each worker's stderr).
+    The workers are forks of the warm interpreter (tests/warm.py) where the
+    test's variables allow, as the programs' runs are: the harness imports
+    agnostic after Keras in either, and agnostic reads TF_CONFIG then."""
     script = os.path.join(PROGRAMS, name + ".py")
     run_plain(script, folder, env=variables)
     ports = free_ports(2)
-    workers = [jobs.start(jobs.python(script, "agnostic", folder), TF_CONFIG=tf_config(ports, i),
+    python = warm.python() if warm.serves(script, variables) else sys.executable
+    workers = [jobs.start([python, script, "agnostic", folder], TF_CONFIG=tf_config(ports, i),
                           AGNOSTIC_CPU_DEVICES=None, AGNOSTIC_TEST_REPLICAS="2",
-                          TF_CPP_MIN_LOG_LEVEL="2", **variables) for i in (0, 1)]
+                          TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+                          PYTHONPATH=os.environ.get("PYTHONPATH"), **variables)
+               for i in (0, 1)]
     codes, outputs, _ = jobs.finish(workers, seconds=BOUND)
     jobs.succeeded(codes, outputs)
     return load_run(folder, "plain"), load_run(folder, "agnostic"), [err for _, err in outputs]

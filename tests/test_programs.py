@@ -75,12 +75,9 @@ def assert_same_history(plain, agnostic, tolerance=1e-5):
 
 # device_parallel.py names agnostic: in a fresh process the start-up hook
 # imports it as the engine is imported, in a warm one its own import line
-# does, after Keras. Its run is checked where its sharing starts workers of
-# its own (torch: a fork each); a plain run comes from the same fork.
-WARM_RUNS = ["batchnorm_cnn"] + (["device_parallel"] if ENGINE == "torch" else [])
-
-
-@pytest.mark.parametrize("name", WARM_RUNS)
+# does, after Keras (on torch its workers are forks too). A plain run comes
+# from the same fork as these.
+@pytest.mark.parametrize("name", ["batchnorm_cnn", "device_parallel"])
 def test_a_warm_run_is_the_run_of_a_fresh_process(name, tmp_path):
     # Every test's runs of a program or script come from forks of a warm
     # interpreter where they may (tests/warm.py): each must be the run

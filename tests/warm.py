@@ -15,9 +15,9 @@ thread variables a worker gets (see _server); the child's sys.executable is
 the client that asks for them. The child ends as Python ends a process (an
 uncaught exception through the program's excepthook, its threads joined,
 then its exit handlers, where torch's launcher waits for its workers), and
-the exit status comes back. tests/test_programs.py checks that a warm run,
-plain and through agnostic, gives a fresh process's weights and logs bit for
-bit on every engine.
+the exit status comes back. tests/test_programs.py checks that a warm run
+through agnostic gives a fresh process's weights and logs bit for bit on
+every engine (a plain run comes from the same fork).
 
 Only a run whose variables are the program's own (PROGRAM_*) or the
 harness's (read as the program runs) comes from here, in a test process
@@ -27,7 +27,7 @@ a fresh process. A script that names agnostic comes from here too: in a
 fresh process the start-up hook imports agnostic as the engine is imported,
 here the script's own import line does, after Keras, as the harness imports
 it for every program, and agnostic sets the engine up the same either way
-(tests/test_programs.py checks both kinds bit for bit). Not on torch where
+(tests/test_programs.py checks both bit for bit). Not on torch where
 the shim's workers start as torch is imported (AGNOSTIC_START_EARLY): that
 needs the import to come after the start-up hook, in a fresh process.
 """
